@@ -1,0 +1,52 @@
+# coverfarm: `make run` runs a sweep end to end on the embedded default; `make test` runs every check.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV ?= .venv
+BIN := $(VENV)/bin
+# Python 3.12 is required (executorch 1.5.1 ships cp312 wheels). Found on PATH or under pyenv.
+PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12.*/bin/python3.12) $(wildcard /usr/local/bin/python3.12 /usr/bin/python3.12))
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: help install run test lint typecheck unit bench clean
+
+help:
+	@echo "make run    - a sweep end to end on the embedded default (no servers), grid served"
+	@echo "make test   - install if needed, then ruff, mypy and the test suite"
+	@echo "make bench  - the benchmark scripts in benchmarks/"
+
+$(STAMP): requirements/lock.txt requirements/lerobot.txt pyproject.toml
+	@if [ -z "$(PYTHON312)" ]; then \
+	  echo "coverfarm needs Python 3.12: install it (e.g. 'pyenv install 3.12.1') or set PYTHON312=/path/to/python3.12" >&2; exit 1; fi
+	@test -x $(BIN)/python || $(PYTHON312) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip==24.3.1
+	# PIP_CONSTRAINT is cleared: the lock file is the only source of versions.
+	PIP_CONSTRAINT= $(BIN)/python -m pip install --quiet -r requirements/lock.txt
+	PIP_CONSTRAINT= $(BIN)/python -m pip install --quiet --no-deps -r requirements/lerobot.txt
+	PIP_CONSTRAINT= $(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	bash scripts/check-deps.sh $(BIN)/python
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test: lint typecheck unit
+
+run: $(STAMP)
+	$(BIN)/coverfarm up
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/engine_stages.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,38 @@
+"""The ``coverfarm`` command: one sub-command module per job, registered here."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from coverfarm.cli import analyze
+from coverfarm.errors import UserError
+
+# Each module adds its sub-commands and sets ``func`` (returning the exit code) on their parsers.
+COMMAND_MODULES = [analyze]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="coverfarm", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in COMMAND_MODULES:
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except UserError as error:
+        print(f"coverfarm: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""``coverfarm analyze``: measure one policy on one backend here and print the tracker's row."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from coverfarm import tracker
+from coverfarm.errors import UserError
+from coverfarm.result import Options
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "analyze",
+        help="trace, partition and export one policy for one backend; print the tracker's row",
+        description="Trace a LeRobot policy, lower it with an ExecuTorch partitioner, and print its row.",
+    )
+    parser.add_argument("--policy", required=True, help="LeRobot policy type, e.g. act")
+    parser.add_argument("--backend", required=True, help="vulkan or xnnpack")
+    parser.add_argument("--json", action="store_true", help="print the whole result document as JSON")
+    parser.add_argument("--timeout", type=float, default=900.0, help="bound of each stage, seconds (900)")
+    parser.add_argument("--out", type=Path, default=Path("out"), help="where programs and bundles go (./out)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random weights (0)")
+    parser.add_argument(
+        "--checkpoint", type=Path, help="a local checkpoint directory instead of random weights"
+    )
+    parser.add_argument(
+        "--no-constant-prop",
+        dest="constant_prop",
+        action="store_false",
+        help="skip ExecuTorch's constant propagation before partitioning (it runs by default)",
+    )
+    parser.add_argument(
+        "--lowering", choices=["stock", "fast"], default="stock", help="partitioner implementation (stock)"
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.timeout <= 0:
+        raise UserError(f"--timeout must be a positive number of seconds, got {args.timeout:g}")
+    if args.checkpoint is not None and not args.checkpoint.is_dir():
+        raise UserError(f"checkpoint {args.checkpoint} is not a readable directory")
+    try:
+        options = Options(
+            timeout_s=args.timeout,
+            seed=args.seed,
+            checkpoint=str(args.checkpoint.resolve()) if args.checkpoint else None,
+            constant_prop=args.constant_prop,
+            lowering=args.lowering,
+        )
+    except ValidationError as error:
+        raise UserError(error.errors()[0]["msg"]) from None
+
+    from worker.engine import analyze  # imports torch: only once the arguments are known to be good
+
+    doc = analyze(
+        args.policy,
+        args.backend,
+        options,
+        args.out.resolve(),
+        progress=lambda message: print(message, file=sys.stderr, flush=True),
+    )
+    if args.json:
+        print(doc.model_dump_json(indent=2))
+    else:
+        print(tracker.markdown_table(tracker.columns(doc.backend), [tracker.row(doc)]))
+        cause = tracker.cause_line(doc)
+        if cause:
+            print(f"\n{cause}")
+    return 0

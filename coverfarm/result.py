@@ -1,0 +1,143 @@
+"""The result document of one cell (policy x backend x options): what every part of coverfarm consumes.
+
+The CPU worker produces it (``coverfarm analyze --json`` prints it), the orchestrator stores it, the grid
+and the tracker report render it. It imports no torch, so the orchestrator and device runners can read it.
+Counts that were not measured (a stage that ran out of time or failed before reaching them) are ``None``,
+never zero.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+
+class StageStatus(StrEnum):
+    """How a bounded stage ended."""
+
+    OK = "ok"
+    SLOW = "slow"  # ran out of its time bound; what it measured before is kept
+    FAILED = "failed"  # raised (ExecuTorch, torch.export or the policy itself); the cause is stored
+    NOT_RUN = "not_run"  # an earlier stage did not finish, so this one never started
+
+
+class ErrorInfo(BaseModel):
+    """The cause of a failed or slow stage, as the row and the cell details show it."""
+
+    stage: str
+    type: str
+    message: str
+    traceback: str | None = None
+
+    def one_line(self) -> str:
+        first = self.message.strip().splitlines()[0] if self.message.strip() else ""
+        return f"{self.type}: {first}" if first else self.type
+
+
+class Options(BaseModel):
+    """Everything about how the cell was measured that could change its numbers."""
+
+    model_config = ConfigDict(frozen=True)
+
+    constant_prop: bool = True  # ExecuTorch's constant_prop_pass before partitioning (design.md)
+    lowering: Literal["stock", "fast"] = "stock"
+    timeout_s: float = Field(900.0, gt=0)
+    seed: int = 0
+    checkpoint: str | None = None
+
+
+class StageResult(BaseModel):
+    status: StageStatus
+    seconds: float | None = None
+    error: ErrorInfo | None = None
+
+
+class Ops(BaseModel):
+    total: int | None = None  # call_function nodes after to_edge (+ constant propagation), sans getitem
+    on_backend: int | None = None  # of those, the ones the partitioner tagged
+    supported: int | None = None  # of those, the ones the backend's per-node support check accepts
+
+
+class HeavyMacs(BaseModel):
+    """Multiply-adds of matmul, linear, convolution and attention nodes, weighted by runs per chunk."""
+
+    total: int | None = None
+    on_backend: int | None = None
+    supported: int | None = None
+
+
+class Programs(BaseModel):
+    count: int | None = None  # delegate partitions over all programs; None when partitioning did not finish
+    connected_groups: int | None = None  # weakly connected groups of supported nodes (not a bound)
+    delegates: int | None = None  # executorch_call_delegate nodes after lowering (None if lowering not done)
+
+
+class Blocker(BaseModel):
+    """Nodes of one op left on the CPU for one reason, over all programs of the policy."""
+
+    op: str
+    reason: str
+    count: int
+    macs: int  # weighted by runs per chunk
+
+
+class ProgramResult(BaseModel):
+    name: str
+    runs_per_chunk: int
+    ops: int | None = None
+    ops_on_backend: int | None = None
+    ops_supported: int | None = None
+    macs: int | None = None  # one run, unweighted
+    macs_on_backend: int | None = None
+    macs_supported: int | None = None
+    partitions: int | None = None
+    connected_groups: int | None = None
+    delegates: int | None = None
+    pt2: str | None = None  # the traced program saved with torch.export.save
+    pte: str | None = None  # the lowered program, inside the bundle
+
+
+class Bundle(BaseModel):
+    sha256: str
+    path: str
+
+
+class TraceInfo(BaseModel):
+    seed: int
+    checkpoint: str | None = None
+    weights: Literal["random", "checkpoint"] = "random"
+    cache_key: str | None = None
+    substitutions: list[str] = Field(default_factory=list)  # static stand-ins for untraceable code
+
+
+class ResultDocument(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    policy: str
+    backend: str
+    options: Options = Field(default_factory=Options)
+    trace: StageResult
+    trace_info: TraceInfo | None = None
+    partition: StageResult = Field(default_factory=lambda: StageResult(status=StageStatus.NOT_RUN))
+    export: StageResult = Field(default_factory=lambda: StageResult(status=StageStatus.NOT_RUN))
+    ops: Ops = Field(default_factory=Ops)
+    heavy_macs: HeavyMacs = Field(default_factory=HeavyMacs)
+    programs: Programs = Field(default_factory=Programs)
+    blockers: list[Blocker] = Field(default_factory=list)
+    program_list: list[ProgramResult] = Field(default_factory=list)
+    timings: dict[str, float] = Field(default_factory=dict)
+    versions: dict[str, str] = Field(default_factory=dict)
+    bundle: Bundle | None = None
+    created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+
+    @property
+    def status(self) -> StageStatus:
+        """The cell's overall state: the first stage that did not end ``ok``, else ``ok``."""
+        for stage in (self.trace, self.partition, self.export):
+            if stage.status is not StageStatus.OK:
+                return StageStatus.SLOW if stage.status is StageStatus.SLOW else StageStatus.FAILED
+        return StageStatus.OK

@@ -1,0 +1,1 @@
+"""The live status grid, served by the orchestrator."""

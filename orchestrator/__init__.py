@@ -1,0 +1,1 @@
+"""The orchestrator: REST API, storage and scheduling of sweeps (never imports torch)."""

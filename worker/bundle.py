@@ -1,0 +1,112 @@
+"""Bundles: everything a device needs to run and check one policy on one backend, addressed by sha256.
+
+Layout (design.md): ``programs/<name>.pte`` per program; ``manifest.json`` (programs with their inputs
+and outputs by name, dtypes and shapes, runs per chunk, the chunk plan saying what feeds what, test case,
+tolerance, backend, versions); ``testcase.npz`` (each program's inputs and eager outputs on frame 0);
+``frames.npz``/``references.npz`` (16 frames and their eager action chunks); ``constants.npz``; and
+``inputs/<program>/<i>.bin``, the test case's inputs as raw little-endian bytes, which is what
+ExecuTorch's ``executor_runner --inputs`` reads. A device runner needs numpy only.
+
+The bundle's address is the sha256 of its sorted (relative path, file sha256) list, computed by
+``bundle_digest``; the runner recomputes it to verify what it fetched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from coverfarm.result import Bundle, ResultDocument
+
+MANIFEST = "manifest.json"
+BUNDLE_FORMAT = 1
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def bundle_digest(root: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(f"{path.relative_to(root).as_posix()}\0{file_sha256(path)}\n".encode())
+    return digest.hexdigest()
+
+
+def _spec(array: np.ndarray) -> dict[str, Any]:
+    return {"dtype": str(array.dtype), "shape": list(array.shape)}
+
+
+def write_bundle(
+    doc: ResultDocument, trace: dict[str, Any], trace_dir: Path, lowered: Path, root: Path
+) -> Bundle:
+    """Assemble the bundle in a staging directory, then move it to ``root/<sha256>``."""
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".bundle.", dir=root))
+    (staging / "programs").mkdir()
+    for name in ("testcase.npz", "frames.npz", "references.npz", "constants.npz"):
+        shutil.copyfile(trace_dir / name, staging / name)
+    testcase = np.load(staging / "testcase.npz")
+    programs = []
+    for program in trace["programs"]:
+        name = program["name"]
+        shutil.copyfile(lowered / f"{name}.pte", staging / "programs" / f"{name}.pte")
+        inputs = [testcase[f"{name}/in/{i}"] for i in range(len(program["input_names"]))]
+        outputs = [testcase[f"{name}/out/{i}"] for i in range(len(program["output_names"]))]
+        raw = staging / "inputs" / name
+        raw.mkdir(parents=True)
+        for i, array in enumerate(inputs):
+            (raw / f"{i}.bin").write_bytes(
+                np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tobytes()
+            )
+        programs.append(
+            {
+                "name": name,
+                "pte": f"programs/{name}.pte",
+                "runs_per_chunk": program["runs_per_chunk"],
+                "inputs": [
+                    {"name": n, **_spec(a)} for n, a in zip(program["input_names"], inputs, strict=True)
+                ],
+                "outputs": [
+                    {"name": n, **_spec(a)} for n, a in zip(program["output_names"], outputs, strict=True)
+                ],
+                "raw_inputs": [f"inputs/{name}/{i}.bin" for i in range(len(inputs))],
+            }
+        )
+    manifest = {
+        "format": BUNDLE_FORMAT,
+        "policy": doc.policy,
+        "backend": doc.backend,
+        "options": doc.options.model_dump(mode="json"),
+        "programs": programs,
+        "plan": trace["plan"],
+        "frames": trace["frames"],
+        "tolerance": trace["tolerance"],
+        "seed": trace["seed"],
+        "checkpoint": trace["checkpoint"],
+        "substitutions": trace["substitutions"],
+        "versions": doc.versions,
+    }
+    (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    sha = bundle_digest(staging)
+    final = root / sha
+    if final.exists():  # same content already stored
+        shutil.rmtree(staging)
+    else:
+        staging.rename(final)
+    return Bundle(sha256=sha, path=str(final))
+
+
+def load_manifest(bundle: Path) -> dict[str, Any]:
+    manifest: dict[str, Any] = json.loads((bundle / MANIFEST).read_text())
+    return manifest

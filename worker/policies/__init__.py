@@ -1,0 +1,1 @@
+"""Policy adapters: build a LeRobot policy offline and trace its programs for one action chunk."""

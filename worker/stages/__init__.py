@@ -1,0 +1,1 @@
+"""Stage child processes (trace, lower), their event logs and time bounds."""

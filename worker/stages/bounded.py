@@ -1,0 +1,107 @@
+"""Run a stage in a child process that is killed when one of its phases runs out of time.
+
+The child writes an event log (``events.py``); ``{"event": "phase", "phase": NAME}`` switches the phase
+whose clock is running. Each phase has its own bound over its cumulative time, so that a lowering that
+never ends still leaves the coverage numbers that partitioning produced before it. The child runs in its
+own process group and the whole group is killed, so no grandchild outlives the bound.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from worker.stages.events import read_events
+
+POLL_S = 0.2
+
+
+@dataclass
+class StageRun:
+    """How a child ended, with every event it logged."""
+
+    events: list[dict[str, Any]]
+    returncode: int | None
+    timed_out_phase: str | None  # the phase whose bound ran out, if any
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    log_tail: str = ""
+
+
+def run_bounded(
+    module: str,
+    args: Sequence[str],
+    events_path: Path,
+    bounds: Mapping[str, float],
+    first_phase: str,
+    log_path: Path,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+) -> StageRun:
+    """Run ``python -m module args`` with per-phase time bounds (seconds); the child's stdout and
+    stderr go to ``log_path``."""
+    events_path.unlink(missing_ok=True)
+    with log_path.open("wb") as log:
+        child = subprocess.Popen(
+            [sys.executable, "-m", module, *args, "--events", str(events_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    phase, phase_start = first_phase, time.monotonic()
+    spent: dict[str, float] = {}
+    seen = 0
+    timed_out: str | None = None
+    try:
+        while True:
+            returncode = child.poll()
+            events = read_events(events_path)
+            now = time.monotonic()
+            for event in events[seen:]:
+                if on_event is not None:
+                    on_event(event)
+                if event["event"] == "phase" and event["phase"] != phase:
+                    spent[phase] = spent.get(phase, 0.0) + now - phase_start
+                    phase, phase_start = event["phase"], now
+            seen = len(events)
+            if returncode is not None:
+                break
+            if spent.get(phase, 0.0) + now - phase_start > bounds.get(phase, float("inf")):
+                timed_out = phase
+                _kill_group(child)
+                break
+            time.sleep(POLL_S)
+    finally:
+        if child.poll() is None:
+            _kill_group(child)
+    spent[phase] = spent.get(phase, 0.0) + time.monotonic() - phase_start
+    events = read_events(events_path)
+    if on_event is not None:
+        for event in events[seen:]:
+            on_event(event)
+    return StageRun(
+        events=events,
+        returncode=child.returncode,
+        timed_out_phase=timed_out,
+        phase_seconds=spent,
+        log_tail=_tail(log_path),
+    )
+
+
+def _kill_group(child: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""

@@ -1,0 +1,39 @@
+"""The event log a stage child process writes, one JSON object per line, and its parent reads.
+
+A child reports what it measured as soon as it has it, so that a child killed at its time bound (or
+one that crashes inside ExecuTorch) still leaves everything measured before that moment.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+
+class EventLog:
+    """Append-only writer, flushed after every event (the parent may kill us at any moment)."""
+
+    def __init__(self, path: Path) -> None:
+        self._file: TextIO = path.open("a", encoding="utf-8")
+
+    def emit(self, event: str, **fields: Any) -> None:
+        self._file.write(json.dumps({"event": event, "t": time.time(), **fields}) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    """Every complete line of the log (a line cut short by a kill is ignored)."""
+    if not path.exists():
+        return []
+    events = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return events

@@ -1,0 +1,120 @@
+"""The lower stage's child process: to_edge, partition and export each traced program of a policy.
+
+Run as ``python -m worker.stages.lower``; ``worker.engine`` starts it under per-phase time bounds. Each
+program goes through ``to_edge_transform_and_lower(...).to_executorch()`` with the backend's partitioner
+and its default options, exactly as lerobot-export lowers, with ExecuTorch's constant propagation as the
+transform pass when the cell's options ask for it (the default). The phase clock is "partition" from the
+start of each program's ``to_edge`` until its partitioner returns, then "export" until its ``.pte`` is
+written. Everything it measures goes to the event log as soon as it is known.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import traceback
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import torch
+from executorch.exir import to_edge_transform_and_lower
+from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
+from executorch.exir.pass_manager import ExportedProgramPassManager
+from executorch.exir.passes.constant_prop_pass import constant_prop_pass
+from torch.export import ExportedProgram
+
+from worker.backends import Backend, get_backend
+from worker.metrics.graph import delegate_calls
+from worker.stages.events import EventLog
+from worker.stages.observe import Observer, ObservingPartitioner
+
+
+class ConstantPropagation(ExportedProgramPassBase):
+    """ExecuTorch's ``constant_prop_pass`` as a transform pass of ``to_edge_transform_and_lower``."""
+
+    def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
+        return ExportedProgramPassResult(constant_prop_pass(exported_program), True)
+
+
+@contextlib.contextmanager
+def lowering_context(backend: Backend, lowering: str, observer: Observer) -> Iterator[None]:
+    """Route the Vulkan partitioner's CapabilityBasedPartitioner through the chosen implementation
+    (stock or exact-fast) and let the observer see the support check it builds."""
+    if not backend.uses_capability_partitioner:
+        yield
+        return
+    from worker.lowering.partitioner_impl import capability_partitioner
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(capability_partitioner(lowering, on_support=observer.on_support))
+        if lowering == "fast":
+            from worker.lowering.pattern_cache import cached_pattern_graphs
+
+            stack.enter_context(cached_pattern_graphs())
+        yield
+
+
+def lower_program(
+    log: EventLog, name: str, pt2: Path, backend: Backend, constant_prop: bool, lowering: str, out_dir: Path
+) -> None:
+    log.emit("phase", phase="partition", program=name)
+    ep = torch.export.load(pt2)
+    partitioner = backend.make_partitioner()
+    observer = Observer(log, name, backend, partitioner)
+    passes = ExportedProgramPassManager([ConstantPropagation()]) if constant_prop else None
+    with lowering_context(backend, lowering, observer):
+        edge = to_edge_transform_and_lower(
+            ep, transform_passes=passes, partitioner=[ObservingPartitioner(partitioner, observer)]
+        )
+    log.emit("lowered", program=name, delegates=delegate_calls(edge.exported_program().graph))
+    program = edge.to_executorch()
+    pte = out_dir / f"{name}.pte"
+    pte.write_bytes(program.buffer)
+    log.emit("exported", program=name, pte=str(pte), bytes=pte.stat().st_size)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m worker.stages.lower")
+    parser.add_argument("--trace-dir", type=Path, required=True)
+    parser.add_argument("--backend", required=True)
+    parser.add_argument("--constant-prop", choices=["on", "off"], default="on")
+    parser.add_argument("--lowering", choices=["stock", "fast"], default="stock")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--events", type=Path, required=True)
+    args = parser.parse_args(argv)
+
+    log = EventLog(args.events)
+    backend = get_backend(args.backend)
+    args.out.mkdir(parents=True, exist_ok=True)
+    manifest = json.loads((args.trace_dir / "trace.json").read_text())
+    failed = False
+    for program in manifest["programs"]:
+        name = program["name"]
+        try:
+            lower_program(
+                log,
+                name,
+                args.trace_dir / program["pt2"],
+                backend,
+                args.constant_prop == "on",
+                args.lowering,
+                args.out,
+            )
+        except Exception as error:  # ExecuTorch's own failures are findings: record them with their cause
+            failed = True
+            log.emit(
+                "error",
+                program=name,
+                type=f"{type(error).__module__}.{type(error).__qualname__}".removeprefix("builtins."),
+                message=str(error),
+                traceback=traceback.format_exc(),
+            )
+    log.emit("done", failed=failed)
+    log.close()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
