@@ -14,7 +14,7 @@ from worker.stages.lower import lower_program
 
 
 def lower_events(
-    module: torch.nn.Module, inputs: tuple[Any, ...], backend: str = "vulkan", lowering: str = "stock"
+    module: torch.nn.Module, inputs: tuple[Any, ...], backend: str = "vulkan", lowering: str = "fast"
 ) -> dict[str, dict[str, Any]]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

@@ -43,6 +43,7 @@ def run_bounded(
     first_phase: str,
     log_path: Path,
     on_event: Callable[[dict[str, Any]], None] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> StageRun:
     """Run ``python -m module args`` with per-phase time bounds (seconds); the child's stdout and
     stderr go to ``log_path``."""
@@ -53,6 +54,7 @@ def run_bounded(
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            env=None if env is None else {**os.environ, **env},
         )
     phase, phase_start = first_phase, time.monotonic()
     spent: dict[str, float] = {}

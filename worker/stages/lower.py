@@ -17,6 +17,7 @@ import sys
 import traceback
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from executorch.exir import to_edge_transform_and_lower
@@ -47,13 +48,18 @@ def lowering_context(backend: Backend, lowering: str, observer: Observer) -> Ite
         return
     from worker.lowering.partitioner_impl import capability_partitioner
 
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(capability_partitioner(lowering, on_support=observer.on_support))
-        if lowering == "fast":
-            from worker.lowering.pattern_cache import cached_pattern_graphs
-
-            stack.enter_context(cached_pattern_graphs())
+    with capability_partitioner(lowering, on_support=observer.on_support):  # type: ignore[arg-type]
         yield
+
+
+def pattern_graph_cache(backend: Backend, lowering: str) -> contextlib.AbstractContextManager[None]:
+    """With fast lowering, Vulkan's pattern graphs are built once per process instead of once per
+    partition (``worker.lowering.pattern_cache``); the lowered program is byte-identical."""
+    if lowering != "fast" or backend.name != "vulkan":
+        return contextlib.nullcontext()
+    from worker.lowering.pattern_cache import cached_pattern_graphs
+
+    return cached_pattern_graphs()
 
 
 def lower_program(
@@ -90,18 +96,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     manifest = json.loads((args.trace_dir / "trace.json").read_text())
     failed = False
+    with pattern_graph_cache(backend, args.lowering):
+        failed = lower_all(
+            log, manifest, args.trace_dir, backend, args.constant_prop == "on", args.lowering, args.out
+        )
+    log.emit("done", failed=failed)
+    log.close()
+    return 1 if failed else 0
+
+
+def lower_all(
+    log: EventLog,
+    manifest: dict[str, Any],
+    trace_dir: Path,
+    backend: Backend,
+    constant_prop: bool,
+    lowering: str,
+    out: Path,
+) -> bool:
+    """Lower every program; an error is recorded and the next program still runs. True if any failed."""
+    failed = False
     for program in manifest["programs"]:
         name = program["name"]
         try:
-            lower_program(
-                log,
-                name,
-                args.trace_dir / program["pt2"],
-                backend,
-                args.constant_prop == "on",
-                args.lowering,
-                args.out,
-            )
+            lower_program(log, name, trace_dir / program["pt2"], backend, constant_prop, lowering, out)
         except Exception as error:  # ExecuTorch's own failures are findings: record them with their cause
             failed = True
             log.emit(
@@ -111,9 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 message=str(error),
                 traceback=traceback.format_exc(),
             )
-    log.emit("done", failed=failed)
-    log.close()
-    return 1 if failed else 0
+    return failed
 
 
 if __name__ == "__main__":

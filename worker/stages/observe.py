@@ -130,7 +130,7 @@ class ObservingPartitioner(Partitioner):
     """The backend's partitioner, unchanged, with an observer around ``partition``."""
 
     def __init__(self, inner: Partitioner, observer: Observer) -> None:
-        super().__init__(inner.spec)
+        super().__init__(getattr(inner, "_spec", {}))  # VulkanPartitioner never sets it
         self.inner = inner
         self.observer = observer
         self.delegation_spec = getattr(inner, "delegation_spec", None)

@@ -1,0 +1,96 @@
+"""The engine end to end on real LeRobot policies with the real ExecuTorch partitioners: trace, metrics,
+export, and a bundle that is written, verifiable by hash, and (for XNNPACK) runs on ExecuTorch's runtime."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from coverfarm import tracker
+from coverfarm.result import Options, ResultDocument, StageStatus
+from worker.bundle import bundle_digest, load_manifest
+from worker.engine import analyze
+
+pytestmark = pytest.mark.real_policy
+
+
+@pytest.fixture(scope="session")
+def trace_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One trace cache for the session: each policy is traced once and shared by its backends."""
+    return tmp_path_factory.mktemp("traces")
+
+
+def check_bundle(doc: ResultDocument) -> dict[str, object]:
+    assert doc.bundle is not None
+    path = Path(doc.bundle.path)
+    assert path.name == doc.bundle.sha256 == bundle_digest(path)
+    manifest = load_manifest(path)
+    assert manifest["policy"] == doc.policy and manifest["backend"] == doc.backend
+    for program in manifest["programs"]:
+        assert (path / program["pte"]).stat().st_size > 0
+        for spec, raw in zip(program["inputs"], program["raw_inputs"], strict=True):
+            expected = math.prod(spec["shape"]) * np.dtype(spec["dtype"]).itemsize
+            assert (path / raw).stat().st_size == expected  # what executor_runner --inputs checks
+    return manifest
+
+
+def check_consistent(doc: ResultDocument) -> None:
+    """Totals are the sums of the programs; the partition count is what lowering produced."""
+    assert doc.trace.status is StageStatus.OK
+    assert doc.partition.status is StageStatus.OK, doc.partition.error
+    assert doc.export.status is StageStatus.OK, doc.export.error
+    assert doc.ops.total == sum(p.ops or 0 for p in doc.program_list)
+    assert doc.heavy_macs.total == sum((p.macs or 0) * p.runs_per_chunk for p in doc.program_list)
+    assert doc.programs.count == doc.programs.delegates
+    assert doc.ops.on_backend is not None and doc.ops.supported is not None
+    assert doc.ops.on_backend <= doc.ops.supported <= doc.ops.total
+    left = sum(b.count for b in doc.blockers)
+    assert left == doc.ops.total - doc.ops.on_backend
+    for program in doc.program_list:
+        assert program.pt2 is not None and Path(program.pt2).exists()
+    assert ResultDocument.model_validate_json(doc.model_dump_json()) == doc
+
+
+def test_act_on_vulkan(trace_cache: Path, tmp_path: Path) -> None:
+    doc = analyze("act", "vulkan", Options(lowering="fast"), tmp_path, trace_cache=trace_cache)
+    check_consistent(doc)
+    assert [p.name for p in doc.program_list] == ["forward"]
+    assert doc.program_list[0].runs_per_chunk == 1
+    assert doc.ops.total is not None and doc.ops.on_backend is not None
+    assert doc.ops.total > 1000
+    assert doc.ops.on_backend / doc.ops.total > 0.99  # the tracker: 1556 / 1561
+    assert doc.heavy_macs.on_backend == doc.heavy_macs.total  # the tracker: 100%
+    assert doc.programs.count is not None and doc.programs.count <= 5  # the tracker: 3
+    assert tracker.row(doc)[-1] == "✓"
+    manifest = check_bundle(doc)
+    assert manifest["plan"]["calls"][0]["program"] == "forward"
+
+
+def test_act_on_xnnpack_bundle_runs_on_the_executorch_runtime(trace_cache: Path, tmp_path: Path) -> None:
+    from executorch.runtime import Runtime
+
+    doc = analyze("act", "xnnpack", Options(), tmp_path, trace_cache=trace_cache)
+    check_consistent(doc)
+    assert doc.heavy_macs.on_backend == doc.heavy_macs.total
+    manifest = check_bundle(doc)
+    assert doc.bundle is not None
+    bundle = Path(doc.bundle.path)
+    testcase = np.load(bundle / "testcase.npz")
+    tolerance = manifest["tolerance"]
+    runtime = Runtime.get()
+    for program in manifest["programs"]:
+        method = runtime.load_program(bundle / program["pte"]).load_method("forward")
+        name = program["name"]
+        inputs = [torch.from_numpy(testcase[f"{name}/in/{i}"]) for i in range(len(program["inputs"]))]
+        outputs = method.execute(inputs)
+        for i, out in enumerate(outputs):
+            torch.testing.assert_close(
+                out,
+                torch.from_numpy(testcase[f"{name}/out/{i}"]),
+                rtol=tolerance["rtol"],
+                atol=tolerance["atol"],
+            )
