@@ -6,11 +6,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from coverfarm.cli import analyze
+from coverfarm.cli import analyze, farm
 from coverfarm.errors import UserError
 
 # Each module adds its sub-commands and sets ``func`` (returning the exit code) on their parsers.
-COMMAND_MODULES = [analyze]
+COMMAND_MODULES = [analyze, farm]
 
 
 def build_parser() -> argparse.ArgumentParser:

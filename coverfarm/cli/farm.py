@@ -1,0 +1,266 @@
+"""``coverfarm serve|worker|sweep``: run the farm's processes and talk to its API.
+
+With no configuration, ``serve`` and ``worker`` share the embedded default in ``$COVERFARM_HOME``
+(SQLite, a filesystem broker) and ``serve`` writes the admin token there, where the client commands
+on the same machine find it. Imports stay light: no torch, and the server and worker modules load
+only in the commands that need them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import httpx
+
+from coverfarm.errors import UserError
+from coverfarm.settings import Settings, get_settings
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+DONE_STATES = ("done", "cancelled")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    serve = sub.add_parser("serve", help="run the orchestrator (REST API, events, reconciler)")
+    serve.add_argument("--host", help="address to bind (COVERFARM_HOST, 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (COVERFARM_PORT, 8000)")
+    serve.set_defaults(func=run_serve)
+
+    worker = sub.add_parser("worker", help="run a CPU worker on the lower and lower.long queues")
+    worker.add_argument("--queues", default="lower,lower.long", help="queues to take jobs from")
+    worker.add_argument("--concurrency", type=int, help="jobs at once (COVERFARM_WORKER_CONCURRENCY, 1)")
+    worker.add_argument("--name", default="cpu@%h", help="worker name (Celery's %%h is the host name)")
+    worker.set_defaults(func=run_worker)
+
+    up = sub.add_parser(
+        "up", help="serve, start a worker beside it and run a sweep through both (the embedded default)"
+    )
+    up.add_argument("--policies", default="act", help="comma-separated (act)")
+    up.add_argument("--backends", default="xnnpack", help="comma-separated (xnnpack)")
+    up.add_argument("--host", help="address to bind (COVERFARM_HOST, 127.0.0.1)")
+    up.add_argument("--port", type=int, help="port (COVERFARM_PORT, 8000)")
+    up.add_argument("--once", action="store_true", help="stop after printing the report instead of serving")
+    up.set_defaults(func=run_up)
+
+    sweep = sub.add_parser("sweep", help="submit a sweep and follow it").add_subparsers(
+        dest="sweep_command", required=True, metavar="SWEEP_COMMAND"
+    )
+    submit = sweep.add_parser("submit", help="submit policies x backends; --wait follows it to the end")
+    submit.add_argument("--policies", required=True, help="comma-separated, e.g. act,vqbet")
+    submit.add_argument("--backends", required=True, help="comma-separated, e.g. vulkan,xnnpack")
+    submit.add_argument("--no-constant-prop", dest="constant_prop", action="store_false")
+    submit.add_argument("--lowering", choices=["stock", "fast"], default="stock")
+    submit.add_argument("--timeout", type=float, help="bound of each stage in seconds (the farm's default)")
+    submit.add_argument("--wait", action="store_true", help="wait until every cell is done, print the report")
+    submit.set_defaults(func=run_submit)
+    status = sweep.add_parser("status", help="the state of each cell of a sweep")
+    status.add_argument("id", type=int)
+    status.set_defaults(func=run_status)
+    report = sweep.add_parser("report", help="the sweep's tracker Coverage tables (Markdown)")
+    report.add_argument("id", type=int)
+    report.set_defaults(func=run_report)
+    for parser in (submit, status, report):
+        parser.add_argument("--url", default=DEFAULT_URL, help=f"the orchestrator ({DEFAULT_URL})")
+    submit.add_argument("--token", help="admin token (COVERFARM_ADMIN_TOKEN, else the one serve wrote)")
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from orchestrator.app import create_app
+
+    settings = _prepare(get_settings())
+    settings.ensure_admin_token()
+    if settings.admin_token is None:
+        print(f"coverfarm: admin token in {settings.token_path()}", file=sys.stderr)
+    uvicorn.run(
+        create_app(settings),
+        host=args.host or settings.host,
+        port=args.port or settings.port,
+        # Event streams never end by themselves; past this, shutdown closes them.
+        timeout_graceful_shutdown=3,
+    )
+    return 0
+
+
+def run_up(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from orchestrator.app import create_app
+
+    settings = _prepare(get_settings())
+    token = settings.ensure_admin_token()
+    host, port = args.host or settings.host, args.port or settings.port
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning"))
+    serving = threading.Thread(target=server.run, name="coverfarm-serve")
+    serving.start()
+    worker = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from coverfarm.cli import main; sys.exit(main())", "worker"],
+        start_new_session=True,  # its own process group, stopped as a whole below
+    )
+    try:
+        while not server.started:
+            if not serving.is_alive():
+                raise UserError(f"the orchestrator could not start on {host}:{port}")
+            time.sleep(0.1)
+        url = f"http://{host}:{port}"
+        print(f"coverfarm: serving {url}", file=sys.stderr)
+        submit = argparse.Namespace(
+            url=url, token=token, policies=args.policies, backends=args.backends, constant_prop=True,
+            lowering="stock", timeout=None, wait=True,
+        )  # fmt: skip
+        code = run_submit(submit)
+        if not args.once:
+            print(f"coverfarm: serving {url} until Ctrl-C", file=sys.stderr)
+            serving.join()
+        return code
+    finally:
+        _stop_group(worker)
+        server.should_exit = True
+        serving.join()
+
+
+def _stop_group(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    settings = _prepare(get_settings())
+    from worker.tasks import app
+
+    concurrency = args.concurrency or settings.worker_concurrency
+    app.worker_main(
+        [
+            "worker",
+            "--queues",
+            args.queues,
+            "--concurrency",
+            str(concurrency),
+            "--pool",
+            "prefork",
+            "--hostname",
+            args.name,
+            "--without-gossip",
+            "--without-mingle",
+            "--loglevel",
+            "INFO",
+        ]
+    )
+    return 0
+
+
+def _prepare(settings: Settings) -> Settings:
+    from orchestrator.migrate import upgrade
+
+    settings.ensure_home()
+    # Alembic is idempotent at head; the embedded default has nobody else to run it.
+    upgrade(settings)
+    return settings
+
+
+def _token(args: argparse.Namespace) -> str:
+    token = args.token or get_settings().read_admin_token()
+    if not token:
+        raise UserError(
+            "no admin token: pass --token, set COVERFARM_ADMIN_TOKEN, or run `coverfarm serve` here"
+        )
+    return str(token)
+
+
+def _request(method: str, url: str, token: str | None = None, **kwargs: Any) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        response = httpx.request(method, url, headers=headers, timeout=30, **kwargs)
+    except httpx.TransportError as error:
+        raise UserError(f"cannot reach the orchestrator at {url}: {error}") from None
+    if response.is_error:
+        raise UserError(f"{method} {url}: {response.status_code} {_detail(response)}")
+    return response
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        detail = response.json().get("detail")
+    except (ValueError, AttributeError):
+        return response.text.strip()
+    if isinstance(detail, list):
+        return "; ".join(
+            f"{'.'.join(map(str, error.get('loc', [])[1:]))}: {error.get('msg')}" for error in detail
+        )
+    return str(detail)
+
+
+def _names(value: str) -> list[str]:
+    return [name.strip() for name in value.split(",") if name.strip()]
+
+
+def run_submit(args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {
+        "policies": _names(args.policies),
+        "backends": _names(args.backends),
+        "options": {"constant_prop": args.constant_prop, "lowering": args.lowering},
+    }
+    if args.timeout is not None:
+        body["timeout_s"] = args.timeout
+    url = args.url.rstrip("/")
+    sweep = _request("POST", f"{url}/api/sweeps", _token(args), json=body).json()
+    print(f"sweep {sweep['id']}: {len(sweep['cells'])} cells queued", file=sys.stderr)
+    if not args.wait:
+        print(sweep["id"])
+        return 0
+    _wait(url, sweep["id"])
+    print(_request("GET", f"{url}/api/sweeps/{sweep['id']}/report.md").text)
+    return 0
+
+
+def _wait(url: str, sweep_id: int) -> None:
+    """Follow the sweep's event stream until no cell is queued or running."""
+    while True:
+        try:
+            with httpx.stream(
+                "GET", f"{url}/api/events", params={"sweep": sweep_id}, timeout=httpx.Timeout(10, read=60)
+            ) as stream:
+                # Subscribed first, then read the state: a change in between arrives as an event.
+                if _state(url, sweep_id) in DONE_STATES:
+                    return
+                for line in stream.iter_lines():
+                    if line.startswith("data:") and _state(url, sweep_id) in DONE_STATES:
+                        return
+        except httpx.TransportError as error:
+            print(f"coverfarm: event stream interrupted ({error}); reconnecting", file=sys.stderr)
+            time.sleep(1)
+
+
+def _state(url: str, sweep_id: int) -> str:
+    sweep = _request("GET", f"{url}/api/sweeps/{sweep_id}").json()
+    print(f"sweep {sweep_id}: {sweep['state']} {json.dumps(sweep['counts'])}", file=sys.stderr)
+    return str(sweep["state"])
+
+
+def run_status(args: argparse.Namespace) -> int:
+    sweep = _request("GET", f"{args.url.rstrip('/')}/api/sweeps/{args.id}").json()
+    print(f"sweep {sweep['id']}: {sweep['state']} {json.dumps(sweep['counts'])}")
+    for cell in sweep["cells"]:
+        job = cell["jobs"][-1] if cell["jobs"] else {}
+        marker = " ⏳" if cell["pending"] else ""
+        reason = f"  ({job.get('status_reason')})" if job.get("status_reason") else ""
+        print(f"  {cell['policy']:<16} {cell['backend']:<10} {cell['state']}{marker}{reason}")
+    return 0
+
+
+def run_report(args: argparse.Namespace) -> int:
+    print(_request("GET", f"{args.url.rstrip('/')}/api/sweeps/{args.id}/report.md").text)
+    return 0

@@ -1,0 +1,83 @@
+"""The Celery app, queue names and message schemas shared by the orchestrator and the workers (no torch).
+
+Messages carry only a job id: the jobs table, not the broker, is the truth about what has to run, so a
+duplicated or late message is harmless (the worker's start transition turns it into a no-op).
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+from pydantic import BaseModel, ConfigDict
+
+from coverfarm.settings import Settings
+
+QUEUE_LOWER = "lower"
+QUEUE_LOWER_LONG = "lower.long"
+QUEUES = (QUEUE_LOWER, QUEUE_LOWER_LONG)
+LOWER_TASK = "coverfarm.lower"
+MESSAGE_VERSION = 1
+
+
+class LowerMessage(BaseModel):
+    """The one argument of the ``coverfarm.lower`` task."""
+
+    model_config = ConfigDict(frozen=True)
+
+    version: int = MESSAGE_VERSION
+    job_id: int
+    policy: str  # for the worker's log line; the job row is authoritative
+    backend: str
+
+
+def time_limits(stage_timeout_s: float) -> tuple[float, float]:
+    """(soft, hard) Celery limits for a job whose engine stages are each bounded by ``stage_timeout_s``.
+
+    The engine bounds trace, partition and export separately and reports a stage that runs out as
+    ``slow``, so the task's own limits sit above three bounds plus set-up: Celery's limits are only
+    the backstop for an engine that stops responding, never the thing that marks a cell slow.
+    """
+    soft = 3 * stage_timeout_s + 120
+    return soft, soft + 60
+
+
+def visibility_timeout(settings: Settings) -> float:
+    # Redis re-delivers an unacknowledged message after this long; it must exceed the longest hard
+    # limit or a healthy long job would be handed to a second worker while the first still runs it.
+    return time_limits(settings.long_timeout_s)[1] + 600
+
+
+def make_celery(settings: Settings) -> Celery:
+    app = Celery("coverfarm", broker=settings.celery_broker_url, set_as_current=False)
+    transport_options: dict[str, object] = {"visibility_timeout": visibility_timeout(settings)}
+    if settings.broker_url is None:
+        settings.ensure_home()
+        folder = str(settings.broker_dir)
+        # control_folder defaults to ./control, relative to whatever directory the process runs in.
+        control = str(settings.broker_dir / "control")
+        transport_options |= {"data_folder_in": folder, "data_folder_out": folder, "control_folder": control}
+    app.conf.update(
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        task_ignore_result=True,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_default_queue=QUEUE_LOWER,
+        broker_transport_options=transport_options,
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        enable_utc=True,
+    )
+    return app
+
+
+def send_lower(app: Celery, message: LowerMessage, queue: str, stage_timeout_s: float) -> None:
+    soft, hard = time_limits(stage_timeout_s)
+    app.send_task(
+        LOWER_TASK,
+        args=[message.model_dump(mode="json")],
+        queue=queue,
+        soft_time_limit=soft,
+        time_limit=hard,
+    )

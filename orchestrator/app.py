@@ -1,0 +1,86 @@
+"""The orchestrator's FastAPI app: ``create_app(settings)``; ``uvicorn orchestrator.app:app`` serves it.
+
+Never imports torch (tests/orchestrator/test_no_torch.py checks it in a fresh interpreter).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request, status
+from fastapi.responses import JSONResponse
+from sqlalchemy.orm import Session
+
+from coverfarm.queues import make_celery
+from coverfarm.settings import Settings, get_settings
+from orchestrator.db import make_engine, make_sessionmaker
+from orchestrator.errors import Invalid, NotFound
+from orchestrator.events.endpoints import router as events_router
+from orchestrator.events.hub import EventHub
+from orchestrator.jobs.reconciler import Reconciler
+from orchestrator.sweeps.endpoints import router as sweeps_router
+
+log = logging.getLogger(__name__)
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    sessions: Callable[[], Session] | None = None,
+    background: bool = True,
+) -> FastAPI:
+    """The app. ``sessions`` lets tests bind every request to their own rolled-back connection;
+    ``background=False`` skips the event listener and the reconciler threads (for those same tests)."""
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = None
+        if sessions is None:
+            engine = make_engine(settings)
+            app.state.sessions = make_sessionmaker(engine)
+        else:
+            app.state.sessions = sessions
+        app.state.celery = make_celery(settings)
+        app.state.admin_token = settings.ensure_admin_token()
+        app.state.hub = EventHub(app.state.sessions, settings.sqlalchemy_url)
+        reconciler = Reconciler(app.state.sessions, app.state.celery, settings)
+        if background:
+            app.state.hub.start()
+            reconciler.start()
+        try:
+            yield
+        finally:
+            if background:
+                reconciler.stop()
+                app.state.hub.stop()
+            if engine is not None:
+                engine.dispose()
+
+    app = FastAPI(title="coverfarm", lifespan=lifespan)
+    app.state.settings = settings
+    app.include_router(sweeps_router, prefix="/api")
+    app.include_router(events_router, prefix="/api")
+
+    @app.exception_handler(NotFound)
+    async def not_found(_request: Request, error: NotFound) -> JSONResponse:
+        return JSONResponse({"detail": str(error)}, status_code=status.HTTP_404_NOT_FOUND)
+
+    @app.exception_handler(Exception)
+    async def internal(_request: Request, error: Exception) -> JSONResponse:
+        # Starlette still logs the traceback; the client gets the same JSON shape as every error.
+        log.error("unhandled %s", type(error).__name__)
+        return JSONResponse({"detail": "internal server error"}, status_code=500)
+
+    @app.exception_handler(Invalid)
+    async def invalid(_request: Request, error: Invalid) -> JSONResponse:
+        return JSONResponse({"detail": error.errors}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+    return app
+
+
+def app() -> FastAPI:
+    """Factory for ``uvicorn --factory orchestrator.app:app`` (settings from the environment)."""
+    return create_app()

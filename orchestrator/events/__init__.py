@@ -1,0 +1,1 @@
+"""The stored event log and its live stream (SSE)."""

@@ -1,0 +1,1 @@
+"""Jobs: their state machine, what workers call to run one, and the reconciler."""

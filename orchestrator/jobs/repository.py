@@ -1,0 +1,91 @@
+"""Every query on jobs, attempts, results and workers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from orchestrator.models import Cell, Job, JobAttempt, JobStatus, Result, Worker, utcnow
+
+
+def _insert(session: Session) -> Any:
+    # Both dialects spell the upsert the same way (INSERT ... ON CONFLICT DO UPDATE) but SQLAlchemy
+    # exposes it per dialect.
+    return postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
+
+
+def upsert_result(session: Session, values: dict[str, Any]) -> None:
+    """Insert or replace the result of ``values['job_id']`` (a retried attempt replaces, never duplicates)."""
+    statement = _insert(session)(Result).values(**values, created_at=utcnow(), updated_at=utcnow())
+    replace = {key: statement.excluded[key] for key in (*values, "updated_at") if key != "job_id"}
+    session.execute(statement.on_conflict_do_update(index_elements=[Result.job_id], set_=replace))
+
+
+def register_worker(session: Session, name: str, queues: list[str]) -> None:
+    """A worker process came up (or back): record it as online with the queues it consumes."""
+    now = utcnow()
+    statement = _insert(session)(Worker).values(
+        name=name, queues=queues, state="online", started_at=now, last_heartbeat=now
+    )
+    session.execute(
+        statement.on_conflict_do_update(
+            index_elements=[Worker.name],
+            set_={"queues": queues, "state": "online", "started_at": now, "last_heartbeat": now},
+        )
+    )
+
+
+def worker_seen(session: Session, name: str) -> None:
+    session.execute(update(Worker).where(Worker.name == name).values(last_heartbeat=utcnow()))
+
+
+def worker_stopped(session: Session, name: str) -> None:
+    session.execute(update(Worker).where(Worker.name == name).values(state="offline"))
+
+
+def attempt(session: Session, job_id: int, number: int) -> JobAttempt | None:
+    return session.scalars(
+        select(JobAttempt).where(JobAttempt.job_id == job_id, JobAttempt.attempt == number)
+    ).one_or_none()
+
+
+def beat(session: Session, job_id: int, number: int, worker: str) -> bool:
+    """Stamp a running attempt's heartbeat; False when the job is no longer this attempt's to run."""
+    result = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.attempt == number, Job.worker == worker, Job.status == JobStatus.RUNNING)
+        .values(heartbeat_at=utcnow())
+    )
+    return bool(getattr(result, "rowcount", 0))
+
+
+def silent_running(session: Session, before: datetime) -> Sequence[Job]:
+    return session.scalars(
+        select(Job)
+        .where(Job.status == JobStatus.RUNNING, Job.heartbeat_at < before)
+        .order_by(Job.id)
+        .with_for_update(skip_locked=True)
+    ).all()
+
+
+def unsent_queued(session: Session, before: datetime) -> Sequence[Job]:
+    return session.scalars(
+        select(Job)
+        .where(Job.status == JobStatus.QUEUED, Job.sent_at < before)
+        .order_by(Job.id)
+        .with_for_update(skip_locked=True)
+    ).all()
+
+
+def pending_of_sweep(session: Session, sweep_id: int) -> Sequence[int]:
+    return session.scalars(
+        select(Job.id)
+        .join(Cell)
+        .where(Cell.sweep_id == sweep_id, Job.status.in_([JobStatus.QUEUED, JobStatus.RUNNING]))
+        .order_by(Job.id)
+    ).all()

@@ -1,0 +1,193 @@
+"""What happens to jobs: created and sent, started and finished by a worker, cancelled, re-queued.
+
+Workers call ``start``/``finish``/``fail`` through the database directly (CPU workers are trusted,
+inside the farm). Each of those is idempotent: a duplicated or late message, or a retried attempt,
+never produces a second result or an impossible state. Services flush, never commit; callers wrap
+them in ``orchestrator.db.unit_of_work``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy.orm import Session
+
+from coverfarm.queues import QUEUE_LOWER_LONG, LowerMessage
+from coverfarm.result import Options, ResultDocument, StageStatus
+from coverfarm.settings import Settings
+from orchestrator.db import Outgoing, enqueue_after_commit
+from orchestrator.jobs import repository
+from orchestrator.jobs.transitions import TERMINAL, lock_job, transition
+from orchestrator.models import Cell, Job, JobAttempt, JobStatus, utcnow
+
+log = logging.getLogger(__name__)
+
+STAGE_LOWER = "lower"
+STAGE_LOWER_LONG = "lower.long"
+DOC_STATUS = {
+    StageStatus.OK: JobStatus.OK,
+    StageStatus.SLOW: JobStatus.SLOW,
+    StageStatus.FAILED: JobStatus.FAILED,
+}
+
+
+@dataclass(frozen=True)
+class StartedJob:
+    """What a worker needs to run one attempt of a job."""
+
+    job_id: int
+    attempt: int
+    stage: str
+    policy: str
+    backend: str
+    options: Options
+
+
+def create(session: Session, cell: Cell, stage: str, queue: str, timeout_s: float) -> Job:
+    # New jobs start queued; every later status change goes through transitions.transition.
+    job = Job(cell=cell, stage=stage, queue=queue, timeout_s=timeout_s, status=JobStatus.QUEUED, attempt=0)
+    session.add(job)
+    session.flush()
+    _send(session, job)
+    return job
+
+
+def _send(session: Session, job: Job) -> None:
+    job.sent_at = utcnow()
+    message = LowerMessage(job_id=job.id, policy=job.cell.policy, backend=job.cell.backend)
+    enqueue_after_commit(session, Outgoing(message, job.queue, job.timeout_s))
+
+
+def start(session: Session, job_id: int, worker: str, settings: Settings) -> StartedJob | None:
+    """Claim a job for ``worker``; None when there is nothing to run (done, cancelled, running elsewhere)."""
+    job = lock_job(session, job_id)
+    if job is None:
+        log.warning("job %s does not exist; dropping its message", job_id)
+        return None
+    if job.status in TERMINAL:
+        log.info("job %s is already %s; dropping a duplicate message", job_id, job.status)
+        return None
+    if job.status is JobStatus.RUNNING:
+        silent_since = utcnow() - timedelta(seconds=settings.heartbeat_timeout_s)
+        if job.heartbeat_at is not None and job.heartbeat_at >= silent_since:
+            log.info("job %s runs on %s; dropping a duplicate message", job_id, job.worker)
+            return None
+        if not _lose_attempt(session, job, f"{job.worker} stopped heartbeating", settings):
+            return None
+    job.attempt += 1
+    job.worker = worker
+    job.error = None
+    session.add(JobAttempt(job_id=job.id, attempt=job.attempt, worker=worker))
+    transition(session, job, JobStatus.RUNNING, f"attempt {job.attempt} started on {worker}")
+    repository.worker_seen(session, worker)
+    options = Options.model_validate({**job.cell.options, "timeout_s": job.timeout_s})
+    return StartedJob(job.id, job.attempt, job.stage, job.cell.policy, job.cell.backend, options)
+
+
+def heartbeat(session: Session, job_id: int, attempt: int, worker: str) -> bool:
+    alive = repository.beat(session, job_id, attempt, worker)
+    repository.worker_seen(session, worker)
+    return alive
+
+
+def _current(session: Session, job_id: int, attempt: int) -> Job | None:
+    job = lock_job(session, job_id)
+    if job is None or job.status is not JobStatus.RUNNING or job.attempt != attempt:
+        # The job was cancelled, or given to another attempt after this one was presumed lost:
+        # the newer attempt owns the result, so this one writes nothing.
+        state = "gone" if job is None else f"{job.status}, attempt {job.attempt}"
+        log.warning("job %s attempt %s finished but the job is %s; result dropped", job_id, attempt, state)
+        return None
+    return job
+
+
+def _close_attempt(session: Session, job: Job, outcome: str, error: str | None = None) -> None:
+    row = repository.attempt(session, job.id, job.attempt)
+    if row is not None:
+        row.finished_at = utcnow()
+        row.outcome = outcome
+        row.error = error
+
+
+def finish(session: Session, job_id: int, attempt: int, doc: ResultDocument, settings: Settings) -> None:
+    """Store the attempt's result (an upsert keyed by job) and end the job with the document's status."""
+    job = _current(session, job_id, attempt)
+    if job is None:
+        return
+    status = DOC_STATUS[doc.status]
+    repository.upsert_result(
+        session,
+        {
+            "job_id": job.id,
+            "cell_id": job.cell_id,
+            "attempt": attempt,
+            "status": doc.status.value,
+            "export_status": doc.export.status.value,
+            "ops_total": doc.ops.total,
+            "ops_on_backend": doc.ops.on_backend,
+            "macs_total": doc.heavy_macs.total,
+            "macs_on_backend": doc.heavy_macs.on_backend,
+            "programs": doc.programs.count,
+            "document": doc.model_dump(mode="json"),
+        },
+    )
+    _close_attempt(session, job, status.value)
+    transition(session, job, status, f"attempt {attempt} stored its result ({doc.status.value})")
+    if status is JobStatus.SLOW and job.stage == STAGE_LOWER:
+        # design.md: a stage that runs out of its bound is re-run once with a longer one.
+        create(session, job.cell, STAGE_LOWER_LONG, QUEUE_LOWER_LONG, settings.long_timeout_s)
+
+
+def fail(session: Session, job_id: int, attempt: int, error: str) -> None:
+    """End a job whose engine raised (no result document): the cause is stored on the job."""
+    job = _current(session, job_id, attempt)
+    if job is None:
+        return
+    job.error = error
+    _close_attempt(session, job, JobStatus.FAILED.value, error)
+    first_line = error.strip().splitlines()[-1] if error.strip() else "engine failed"
+    transition(session, job, JobStatus.FAILED, f"attempt {attempt} raised: {first_line}")
+
+
+def _lose_attempt(session: Session, job: Job, reason: str, settings: Settings) -> bool:
+    """Give up the running attempt; re-queue the job (True) unless it has had all its attempts."""
+    _close_attempt(session, job, "lost", reason)
+    if job.attempt >= settings.max_attempts:
+        job.error = f"worker lost on each of {job.attempt} attempts; last: {reason}"
+        transition(session, job, JobStatus.FAILED, job.error)
+        return False
+    transition(session, job, JobStatus.QUEUED, reason)
+    return True
+
+
+def cancel(session: Session, job_id: int, reason: str) -> None:
+    job = lock_job(session, job_id)
+    if job is None or job.status in TERMINAL:
+        return
+    if job.status is JobStatus.RUNNING:
+        _close_attempt(session, job, JobStatus.CANCELLED.value)
+    transition(session, job, JobStatus.CANCELLED, reason)
+
+
+def reconcile(session: Session, settings: Settings) -> list[int]:
+    """Re-queue jobs whose worker went silent and re-send queued jobs whose message seems lost.
+
+    The jobs table, not the broker, decides what still has to run: a SIGKILLed worker leaves its
+    message unacknowledged in Redis until the visibility timeout (hours), so waiting for the broker
+    would stall the cell. A duplicate message that does arrive later is dropped by ``start``.
+    """
+    now = utcnow()
+    resent: list[int] = []
+    for job in repository.silent_running(session, now - timedelta(seconds=settings.heartbeat_timeout_s)):
+        if _lose_attempt(
+            session, job, f"{job.worker} stopped heartbeating (attempt {job.attempt})", settings
+        ):
+            _send(session, job)
+            resent.append(job.id)
+    for job in repository.unsent_queued(session, now - timedelta(seconds=settings.resend_after_s)):
+        log.warning("job %s queued since %s and not started; sending it again", job.id, job.sent_at)
+        _send(session, job)
+        resent.append(job.id)
+    return resent

@@ -1,0 +1,68 @@
+"""The job state machine: the only code that assigns ``Job.status``.
+
+    queued → running → ok | slow | failed | cancelled
+    queued → cancelled
+    running → queued        (its worker stopped heartbeating; the reconciler sends it again)
+
+Every transition runs on a row locked with SELECT ... FOR UPDATE (SQLite has no row locks, but its
+writers are serialised on the whole file), records why it happened and writes an event in the same
+transaction.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from orchestrator.events.repository import emit
+from orchestrator.models import Job, JobStatus, utcnow
+
+ALLOWED: dict[JobStatus, frozenset[JobStatus]] = {
+    JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED}),
+    JobStatus.RUNNING: frozenset(
+        {JobStatus.OK, JobStatus.SLOW, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.QUEUED}
+    ),
+}
+TERMINAL = frozenset({JobStatus.OK, JobStatus.SLOW, JobStatus.FAILED, JobStatus.CANCELLED})
+
+
+class TransitionError(RuntimeError):
+    """A transition the state machine does not allow (a bug in the caller, not a user mistake)."""
+
+
+def lock_job(session: Session, job_id: int) -> Job | None:
+    return session.scalars(
+        select(Job).where(Job.id == job_id).with_for_update().execution_options(populate_existing=True)
+    ).one_or_none()
+
+
+def can(job: Job, to: JobStatus) -> bool:
+    return to in ALLOWED.get(job.status, frozenset())
+
+
+def transition(session: Session, job: Job, to: JobStatus, reason: str) -> None:
+    """Move a job locked by ``lock_job`` to ``to``, stamping its times, and log the change as an event."""
+    if not can(job, to):
+        raise TransitionError(f"job {job.id}: {job.status} → {to} is not allowed ({reason})")
+    now = utcnow()
+    previous = job.status
+    job.status = to
+    job.status_reason = reason
+    if to is JobStatus.RUNNING:
+        job.started_at = now
+        job.heartbeat_at = now
+        job.finished_at = None
+    elif to is JobStatus.QUEUED:
+        job.worker = None
+        job.heartbeat_at = None
+    else:
+        job.finished_at = now
+    session.flush()
+    emit(
+        session,
+        "job",
+        sweep_id=job.cell.sweep_id,
+        cell_id=job.cell_id,
+        job_id=job.id,
+        payload={"from": previous.value, "status": to.value, "reason": reason, "attempt": job.attempt},
+    )

@@ -1,0 +1,193 @@
+"""The farm's tables. Alembic owns the schema (migrations/); these classes only map it.
+
+Statuses are assigned in one place, ``orchestrator.jobs.transitions``; nothing else writes them.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Dialect,
+    Enum,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from orchestrator.db import Base
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC on both dialects (SQLite stores no offset and would hand back naive values)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("naive datetime: coverfarm stores UTC only")
+        return value.astimezone(UTC) if value is not None else None
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+# SQLite only auto-increments a column declared exactly INTEGER PRIMARY KEY.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    OK = "ok"
+    SLOW = "slow"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+PENDING_STATUSES = (JobStatus.QUEUED, JobStatus.RUNNING)
+
+JobStatusType = Enum(
+    JobStatus,
+    name="job_status",
+    native_enum=False,
+    create_constraint=True,
+    length=16,
+    values_callable=lambda members: [member.value for member in members],
+)
+
+
+class Sweep(Base):
+    __tablename__ = "sweeps"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    constant_prop: Mapped[bool]
+    lowering: Mapped[str] = mapped_column(String(16))
+    timeout_s: Mapped[float] = mapped_column(Float)
+    cancelled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    cells: Mapped[list[Cell]] = relationship(back_populates="sweep", order_by="Cell.id")
+
+
+class Cell(Base):
+    __tablename__ = "cells"
+    __table_args__ = (UniqueConstraint("sweep_id", "policy", "backend"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"), index=True)
+    policy: Mapped[str] = mapped_column(String(64))
+    backend: Mapped[str] = mapped_column(String(64))
+    options: Mapped[dict[str, Any]] = mapped_column(JSONType)  # coverfarm.result.Options, as JSON
+
+    sweep: Mapped[Sweep] = relationship(back_populates="cells")
+    jobs: Mapped[list[Job]] = relationship(back_populates="cell", order_by="Job.id")
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    # A cell has one job per stage: the first "lower" and at most one re-run on "lower.long".
+    __table_args__ = (UniqueConstraint("cell_id", "stage"), Index("ix_jobs_status", "status"))
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    cell_id: Mapped[int] = mapped_column(ForeignKey("cells.id", ondelete="CASCADE"), index=True)
+    stage: Mapped[str] = mapped_column(String(32))
+    queue: Mapped[str] = mapped_column(String(32))
+    timeout_s: Mapped[float] = mapped_column(Float)
+    status: Mapped[JobStatus] = mapped_column(JobStatusType, default=JobStatus.QUEUED)
+    status_reason: Mapped[str | None] = mapped_column(Text)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    worker: Mapped[str | None] = mapped_column(String(255))
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    cell: Mapped[Cell] = relationship(back_populates="jobs")
+    attempts: Mapped[list[JobAttempt]] = relationship(back_populates="job", order_by="JobAttempt.attempt")
+    result: Mapped[Result | None] = relationship(back_populates="job")
+
+
+class JobAttempt(Base):
+    __tablename__ = "job_attempts"
+    __table_args__ = (UniqueConstraint("job_id", "attempt"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    worker: Mapped[str] = mapped_column(String(255))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # The job's status when this attempt ended, or "lost" when its worker stopped heartbeating.
+    outcome: Mapped[str | None] = mapped_column(String(16))
+    error: Mapped[str | None] = mapped_column(Text)
+
+    job: Mapped[Job] = relationship(back_populates="attempts")
+
+
+class Result(Base):
+    __tablename__ = "results"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), unique=True)
+    cell_id: Mapped[int] = mapped_column(ForeignKey("cells.id", ondelete="CASCADE"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16))  # ResultDocument.status
+    export_status: Mapped[str] = mapped_column(String(16))
+    ops_total: Mapped[int | None] = mapped_column(Integer)
+    ops_on_backend: Mapped[int | None] = mapped_column(Integer)
+    macs_total: Mapped[int | None] = mapped_column(BigInteger)
+    macs_on_backend: Mapped[int | None] = mapped_column(BigInteger)
+    programs: Mapped[int | None] = mapped_column(Integer)
+    document: Mapped[dict[str, Any]] = mapped_column(JSONType)  # coverfarm.result.ResultDocument
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    job: Mapped[Job] = relationship(back_populates="result")
+
+
+class Worker(Base):
+    __tablename__ = "workers"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), unique=True)
+    queues: Mapped[list[str]] = mapped_column(JSONType)
+    state: Mapped[str] = mapped_column(String(16))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_heartbeat: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Event(Base):
+    """A stored change, the source of the SSE stream (its id is the stream's Last-Event-ID)."""
+
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    kind: Mapped[str] = mapped_column(String(32))
+    sweep_id: Mapped[int | None] = mapped_column(Integer, index=True)
+    cell_id: Mapped[int | None] = mapped_column(Integer)
+    job_id: Mapped[int | None] = mapped_column(Integer)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSONType)

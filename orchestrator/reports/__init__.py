@@ -1,0 +1,1 @@
+"""The tracker report of a sweep (Markdown)."""

@@ -1,0 +1,1 @@
+"""Sweeps and their cells: submit, list, show, cancel."""

@@ -1,0 +1,51 @@
+"""HTTP for sweeps and cells; the behaviour is in service.py."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, status
+from fastapi.responses import PlainTextResponse
+
+from orchestrator.deps import AdminDep, SessionDep, SettingsDep
+from orchestrator.reports.service import report_markdown
+from orchestrator.sweeps import service
+from orchestrator.sweeps.schemas import CellPublic, SweepCreate, SweepPublic, SweepSummary
+
+router = APIRouter(tags=["sweeps"])
+
+
+@router.post("/sweeps", status_code=status.HTTP_201_CREATED, dependencies=[AdminDep])
+def create_sweep(body: SweepCreate, session: SessionDep, settings: SettingsDep) -> SweepPublic:
+    sweep = service.create(session, settings, body)
+    return service.sweep_view(service.get(session, sweep.id))
+
+
+@router.get("/sweeps")
+def list_sweeps(
+    session: SessionDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> list[SweepSummary]:
+    return service.list_(session, limit, offset)
+
+
+@router.get("/sweeps/{sweep_id}")
+def get_sweep(sweep_id: int, session: SessionDep) -> SweepPublic:
+    return service.sweep_view(service.get(session, sweep_id))
+
+
+@router.post("/sweeps/{sweep_id}/cancel", dependencies=[AdminDep])
+def cancel_sweep(sweep_id: int, session: SessionDep) -> SweepPublic:
+    return service.sweep_view(service.cancel(session, sweep_id))
+
+
+@router.get("/sweeps/{sweep_id}/report.md", response_class=PlainTextResponse)
+def sweep_report(sweep_id: int, session: SessionDep) -> PlainTextResponse:
+    markdown = report_markdown(service.get(session, sweep_id))
+    return PlainTextResponse(markdown, media_type="text/markdown; charset=utf-8")
+
+
+@router.get("/cells/{cell_id}")
+def get_cell(cell_id: int, session: SessionDep) -> CellPublic:
+    return service.cell_view(service.get_cell(session, cell_id))

@@ -1,0 +1,101 @@
+"""Sweep and cell schemas: what clients send (create) and what they get back (public views)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from orchestrator.models import JobStatus
+
+
+class SweepOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    constant_prop: bool = True
+    lowering: Literal["stock", "fast"] = "stock"
+
+
+class SweepCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    policies: list[str] = Field(min_length=1, max_length=200)
+    backends: list[str] = Field(min_length=1, max_length=20)
+    options: SweepOptions = Field(default_factory=SweepOptions)
+    # None: the farm's stage bound. The range is checked against the settings by the service.
+    timeout_s: float | None = None
+
+    @field_validator("policies", "backends")
+    @classmethod
+    def _no_duplicates(cls, names: list[str]) -> list[str]:
+        seen: set[str] = set()
+        for name in names:
+            if not name.strip():
+                raise ValueError("names must not be empty")
+            if name in seen:
+                raise ValueError(f"{name!r} is listed twice")
+            seen.add(name)
+        return names
+
+
+class JobPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    stage: str
+    queue: str
+    status: JobStatus
+    status_reason: str | None
+    attempt: int
+    worker: str | None
+    error: str | None
+    timeout_s: float
+    created_at: datetime
+    started_at: datetime | None
+    heartbeat_at: datetime | None
+    finished_at: datetime | None
+
+
+class ResultPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    job_id: int
+    attempt: int
+    status: str
+    export_status: str
+    ops_total: int | None
+    ops_on_backend: int | None
+    macs_total: int | None
+    macs_on_backend: int | None
+    programs: int | None
+    document: dict[str, Any]
+
+
+class CellPublic(BaseModel):
+    id: int
+    sweep_id: int
+    policy: str
+    backend: str
+    options: dict[str, Any]
+    # The latest job's status, except "slow" while the slow result's longer re-run is pending.
+    state: JobStatus
+    pending: bool  # queued or running: the grid and report show ⏳
+    result: ResultPublic | None
+    jobs: list[JobPublic]
+
+
+class SweepSummary(BaseModel):
+    id: int
+    created_at: datetime
+    options: SweepOptions
+    timeout_s: float
+    policies: list[str]
+    backends: list[str]
+    state: Literal["running", "done", "cancelled"]
+    counts: dict[str, int]  # cells per state
+    cancelled_at: datetime | None
+
+
+class SweepPublic(SweepSummary):
+    cells: list[CellPublic]

@@ -1,0 +1,166 @@
+"""Sweeps: validate and expand into cells and jobs, cancel, and the views of their state."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from coverfarm.queues import QUEUE_LOWER
+from coverfarm.result import Options
+from coverfarm.settings import Settings
+from orchestrator.errors import Invalid, NotFound
+from orchestrator.events.repository import emit
+from orchestrator.jobs import service as jobs
+from orchestrator.jobs.repository import pending_of_sweep
+from orchestrator.models import PENDING_STATUSES, Cell, JobStatus, Sweep, utcnow
+from orchestrator.sweeps import repository
+from orchestrator.sweeps.schemas import (
+    CellPublic,
+    JobPublic,
+    ResultPublic,
+    SweepCreate,
+    SweepOptions,
+    SweepPublic,
+    SweepSummary,
+)
+
+
+def _check(body: SweepCreate, settings: Settings) -> None:
+    errors: list[dict[str, Any]] = []
+    for field, kind, names, known in (
+        ("policies", "policy", body.policies, settings.policies),
+        ("backends", "backend", body.backends, settings.backends),
+    ):
+        for index, name in enumerate(names):
+            if name not in known:
+                errors.append(
+                    {
+                        "loc": ["body", field, index],
+                        "msg": f"unknown {kind} {name!r}; known: {', '.join(known)}",
+                        "type": "value_error",
+                        "input": name,
+                    }
+                )
+    if body.timeout_s is not None and not 1 <= body.timeout_s < settings.long_timeout_s:
+        errors.append(
+            {
+                "loc": ["body", "timeout_s"],
+                "msg": f"timeout_s must be at least 1 and below the slow re-run's bound, "
+                f"{settings.long_timeout_s:g} s",
+                "type": "value_error",
+                "input": body.timeout_s,
+            }
+        )
+    if errors:
+        raise Invalid(errors)
+
+
+def create(session: Session, settings: Settings, body: SweepCreate) -> Sweep:
+    _check(body, settings)
+    timeout_s = body.timeout_s if body.timeout_s is not None else settings.stage_timeout_s
+    sweep = Sweep(
+        constant_prop=body.options.constant_prop,
+        lowering=body.options.lowering,
+        timeout_s=timeout_s,
+    )
+    session.add(sweep)
+    session.flush()
+    options = Options(
+        constant_prop=body.options.constant_prop, lowering=body.options.lowering, timeout_s=timeout_s
+    ).model_dump(mode="json")
+    for policy in body.policies:
+        for backend in body.backends:
+            cell = Cell(sweep=sweep, policy=policy, backend=backend, options=options)
+            session.add(cell)
+            jobs.create(session, cell, jobs.STAGE_LOWER, QUEUE_LOWER, timeout_s)
+    emit(session, "sweep", sweep_id=sweep.id, payload={"state": "created", "cells": len(sweep.cells)})
+    return sweep
+
+
+def get(session: Session, sweep_id: int, *, lock: bool = False) -> Sweep:
+    sweep = repository.get_sweep(session, sweep_id, lock=lock)
+    if sweep is None:
+        raise NotFound("sweep", sweep_id)
+    return sweep
+
+
+def cancel(session: Session, sweep_id: int) -> Sweep:
+    sweep = get(session, sweep_id, lock=True)
+    if sweep.cancelled_at is None:
+        sweep.cancelled_at = utcnow()
+        emit(session, "sweep", sweep_id=sweep.id, payload={"state": "cancelled"})
+    for job_id in pending_of_sweep(session, sweep.id):
+        jobs.cancel(session, job_id, "sweep cancelled")
+    session.flush()
+    session.expire_all()
+    return get(session, sweep_id)
+
+
+def get_cell(session: Session, cell_id: int) -> Cell:
+    cell = repository.get_cell(session, cell_id)
+    if cell is None:
+        raise NotFound("cell", cell_id)
+    return cell
+
+
+def cell_state(cell: Cell) -> tuple[JobStatus, bool]:
+    """(state, pending) of a cell from its jobs (the latest decides; a pending re-run keeps "slow")."""
+    if not cell.jobs:
+        return JobStatus.QUEUED, True
+    latest = cell.jobs[-1]
+    pending = latest.status in PENDING_STATUSES
+    if pending and any(job.status is JobStatus.SLOW for job in cell.jobs[:-1]):
+        return JobStatus.SLOW, True
+    return latest.status, pending
+
+
+def cell_view(cell: Cell) -> CellPublic:
+    state, pending = cell_state(cell)
+    results = [job.result for job in cell.jobs if job.result is not None]
+    return CellPublic(
+        id=cell.id,
+        sweep_id=cell.sweep_id,
+        policy=cell.policy,
+        backend=cell.backend,
+        options=cell.options,
+        state=state,
+        pending=pending,
+        result=ResultPublic.model_validate(results[-1]) if results else None,
+        jobs=[JobPublic.model_validate(job) for job in cell.jobs],
+    )
+
+
+def _summary_fields(sweep: Sweep, cells: list[CellPublic]) -> dict[str, Any]:
+    counts = Counter(cell.state.value for cell in cells)
+    if sweep.cancelled_at is not None:
+        state = "cancelled"
+    else:
+        state = "running" if any(cell.pending for cell in cells) else "done"
+    return {
+        "id": sweep.id,
+        "created_at": sweep.created_at,
+        "options": SweepOptions.model_validate(
+            {"constant_prop": sweep.constant_prop, "lowering": sweep.lowering}
+        ),
+        "timeout_s": sweep.timeout_s,
+        "policies": list(dict.fromkeys(cell.policy for cell in cells)),
+        "backends": list(dict.fromkeys(cell.backend for cell in cells)),
+        "state": state,
+        "counts": dict(sorted(counts.items())),
+        "cancelled_at": sweep.cancelled_at,
+    }
+
+
+def summary_view(sweep: Sweep) -> SweepSummary:
+    return SweepSummary(**_summary_fields(sweep, [cell_view(cell) for cell in sweep.cells]))
+
+
+def sweep_view(sweep: Sweep) -> SweepPublic:
+    cells = [cell_view(cell) for cell in sweep.cells]
+    return SweepPublic(**_summary_fields(sweep, cells), cells=cells)
+
+
+def list_(session: Session, limit: int, offset: int) -> list[SweepSummary]:
+    return [summary_view(sweep) for sweep in repository.list_sweeps(session, limit, offset)]

@@ -1,0 +1,60 @@
+"""A STAND-IN for worker.engine.analyze, for the farm's own tests only (never torch, never ExecuTorch).
+
+It has the engine's signature and returns a valid result document after sleeping
+``$STANDIN_SECONDS`` (default 0.2), so the farm's queueing, storage, re-queue and crash handling can
+be exercised in seconds. The one end-to-end test marked ``real_policy`` uses the real engine.
+
+Per policy: ``vqbet`` exports ``slow`` unless its bound is the long one (>= 1000 s), ``pi05`` raises.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from coverfarm.result import (
+    ErrorInfo,
+    HeavyMacs,
+    Ops,
+    Options,
+    Programs,
+    ResultDocument,
+    StageResult,
+    StageStatus,
+)
+
+LONG_BOUND_S = 1000.0
+
+
+def analyze(
+    policy: str,
+    backend: str,
+    options: Options,
+    out_dir: Path,
+    progress: Callable[[str], None] | None = None,
+) -> ResultDocument:
+    deadline = time.monotonic() + float(os.environ.get("STANDIN_SECONDS", "0.2"))
+    while time.monotonic() < deadline:  # short sleeps, so a SIGKILL lands mid-job
+        time.sleep(0.05)
+    if policy == "pi05":
+        raise RuntimeError("stand-in engine: pi05 cannot be traced")
+    (out_dir / "standin.txt").write_text(f"{policy} {backend} pid {os.getpid()}\n")
+    ok = StageResult(status=StageStatus.OK, seconds=0.1)
+    export = ok
+    if policy == "vqbet" and options.timeout_s < LONG_BOUND_S:
+        error = ErrorInfo(stage="export", type="Timeout", message=f"export exceeded {options.timeout_s:g} s")
+        export = StageResult(status=StageStatus.SLOW, seconds=options.timeout_s, error=error)
+    return ResultDocument(
+        policy=policy,
+        backend=backend,
+        options=options,
+        trace=ok,
+        partition=ok,
+        export=export,
+        ops=Ops(total=100, on_backend=90, supported=95),
+        heavy_macs=HeavyMacs(total=1000, on_backend=800, supported=900),
+        programs=Programs(count=3, connected_groups=4, delegates=3 if export is ok else None),
+        versions={"engine": "stand-in", "pid": str(os.getpid())},
+    )

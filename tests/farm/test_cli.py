@@ -1,0 +1,62 @@
+"""The CLI against real processes: the farm (Postgres + Redis) and the embedded default (no servers)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from farmtools import TOKEN, StartWorker, child_env, coverfarm_command, free_port
+
+from coverfarm.cli import main
+
+
+def test_submit_wait_status_report(
+    server: str, start_worker: StartWorker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    start_worker("w-cli")
+    code = main(
+        ["sweep", "submit", "--url", server, "--token", TOKEN, "--policies", "act,pi05",
+         "--backends", "vulkan", "--timeout", "30", "--wait"]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "| act | 90 / 100 (90%) | 80% | 3 | ✓ |" in out
+    assert "- pi05: RuntimeError: stand-in engine: pi05 cannot be traced" in out
+    sweep_id = int(out.split("\n", 1)[0].removeprefix("# Sweep "))
+
+    assert main(["sweep", "status", str(sweep_id), "--url", server]) == 0
+    status = capsys.readouterr().out
+    assert f"sweep {sweep_id}: done" in status and "pi05" in status and "failed" in status
+    assert main(["sweep", "report", str(sweep_id), "--url", server]) == 0
+    assert capsys.readouterr().out.strip() == out.strip()
+
+
+def test_user_mistakes_are_one_line_errors(server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    submit = ["sweep", "submit", "--url", server, "--token", TOKEN, "--backends", "vulkan"]
+    assert main([*submit, "--policies", "nope"]) == 2
+    assert "policies.0: unknown policy 'nope'" in capsys.readouterr().err
+    assert main([*submit[:4], "--token", "wrong", "--backends", "vulkan", "--policies", "act"]) == 2
+    assert "401 admin token required" in capsys.readouterr().err
+    assert main(["sweep", "status", "999999", "--url", server]) == 2
+    assert "404 sweep 999999 not found" in capsys.readouterr().err
+    assert main(["sweep", "status", "1", "--url", f"http://127.0.0.1:{free_port()}"]) == 2
+    assert "cannot reach the orchestrator" in capsys.readouterr().err
+
+
+def test_up_runs_a_sweep_on_the_embedded_default(tmp_path: Path) -> None:
+    """`coverfarm up` with nothing configured: SQLite and the filesystem broker in COVERFARM_HOME, a
+    worker beside the server, a sweep through both, the report printed."""
+    env = child_env({"COVERFARM_HOME": str(tmp_path / "home"), "COVERFARM_ENGINE": "standin_engine:analyze"})
+    result = subprocess.run(
+        coverfarm_command("up", "--policies", "act,vqbet", "--port", str(free_port()), "--once"),
+        env=env, capture_output=True, text=True, timeout=180, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "| act | 90 / 100 (90%) | 80% | 3 | ✓ |" in result.stdout
+    assert "| vqbet | 90 / 100 (90%) | 80% | 3 | ✓ |" in result.stdout  # after its slow re-run
+    home = tmp_path / "home"
+    assert (home / "coverfarm.db").exists()
+    assert (home / "admin-token").stat().st_mode & 0o777 == 0o600
+    # Everything lives in home: nothing lands in the directory the commands ran from.
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["home"]

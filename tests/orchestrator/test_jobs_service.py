@@ -1,0 +1,178 @@
+"""The job state machine and the worker-facing service, on the rolled-back Postgres session.
+
+The result documents here are built by hand: these tests are about the farm's own bookkeeping
+(idempotent results, stale attempts, the slow re-run), not about what the engine measures.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from coverfarm.result import ErrorInfo, Ops, Options, ResultDocument, StageResult, StageStatus
+from coverfarm.settings import Settings
+from orchestrator.db import take_outbox
+from orchestrator.jobs import service as jobs
+from orchestrator.jobs.repository import upsert_result
+from orchestrator.jobs.transitions import TransitionError, lock_job, transition
+from orchestrator.models import Job, JobAttempt, JobStatus, Result, utcnow
+from orchestrator.reports.service import report_markdown
+from orchestrator.sweeps import service as sweeps
+from orchestrator.sweeps.schemas import SweepCreate
+
+
+def document(policy: str, export: StageStatus = StageStatus.OK, on_backend: int = 90) -> ResultDocument:
+    ok = StageResult(status=StageStatus.OK)
+    error = (
+        ErrorInfo(stage="export", type="Timeout", message="ran out") if export is StageStatus.SLOW else None
+    )
+    return ResultDocument(
+        policy=policy,
+        backend="vulkan",
+        options=Options(),
+        trace=ok,
+        partition=ok,
+        export=StageResult(status=export, error=error),
+        ops=Ops(total=100, on_backend=on_backend),
+    )
+
+
+def new_job(session: Session, settings: Settings, policy: str = "act") -> Job:
+    sweep = sweeps.create(
+        session, settings, SweepCreate(policies=[policy], backends=["vulkan"], timeout_s=60)
+    )
+    take_outbox(session)
+    return sweep.cells[0].jobs[0]
+
+
+def results_of(session: Session, job_id: int) -> int:
+    return session.scalar(select(func.count()).select_from(Result).where(Result.job_id == job_id)) or 0
+
+
+def test_finish_stores_one_result_and_ignores_a_duplicate(session: Session, settings: Settings) -> None:
+    job = new_job(session, settings)
+    started = jobs.start(session, job.id, "w1", settings)
+    assert started is not None and started.attempt == 1 and started.options.timeout_s == 60
+    jobs.finish(session, job.id, 1, document("act"), settings)
+    jobs.finish(session, job.id, 1, document("act", on_backend=1), settings)  # a redelivered message
+    assert results_of(session, job.id) == 1
+    result = session.scalars(select(Result).where(Result.job_id == job.id)).one()
+    assert (result.ops_on_backend, result.status, job.status) == (90, "ok", JobStatus.OK)
+    assert jobs.start(session, job.id, "w2", settings) is None  # done: a late message is a no-op
+
+
+def test_upsert_is_keyed_by_job(session: Session, settings: Settings) -> None:
+    job = new_job(session, settings)
+    for on_backend in (10, 20):
+        upsert_result(
+            session,
+            {
+                "job_id": job.id,
+                "cell_id": job.cell_id,
+                "attempt": 1,
+                "status": "ok",
+                "export_status": "ok",
+                "ops_on_backend": on_backend,
+                "document": document("act", on_backend=on_backend).model_dump(mode="json"),
+            },
+        )
+    session.expire_all()
+    assert results_of(session, job.id) == 1
+    assert session.scalars(select(Result.ops_on_backend).where(Result.job_id == job.id)).one() == 20
+
+
+def test_silent_worker_is_replaced_and_its_late_result_dropped(session: Session, settings: Settings) -> None:
+    job = new_job(session, settings)
+    assert jobs.start(session, job.id, "w1", settings) is not None
+    # A second message while w1 heartbeats is a duplicate, not a takeover.
+    assert jobs.start(session, job.id, "w2", settings) is None
+    job.heartbeat_at = utcnow() - timedelta(seconds=settings.heartbeat_timeout_s + 1)
+    session.flush()
+    assert jobs.reconcile(session, settings) == [job.id]
+    assert job.status is JobStatus.QUEUED and "w1 stopped heartbeating" in (job.status_reason or "")
+    assert [item.message.job_id for item in take_outbox(session)] == [job.id]
+    assert jobs.start(session, job.id, "w2", settings) is not None
+    jobs.finish(session, job.id, 1, document("act", on_backend=1), settings)  # w1 was only slow: dropped
+    jobs.finish(session, job.id, 2, document("act"), settings)
+    assert results_of(session, job.id) == 1
+    attempts = session.scalars(select(JobAttempt).where(JobAttempt.job_id == job.id).order_by(JobAttempt.id))
+    assert [(a.attempt, a.worker, a.outcome) for a in attempts] == [(1, "w1", "lost"), (2, "w2", "ok")]
+
+
+def test_queued_job_whose_message_was_lost_is_sent_again(session: Session, settings: Settings) -> None:
+    job = new_job(session, settings)
+    assert jobs.reconcile(session, settings) == []  # just sent: leave it to the broker
+    job.sent_at = utcnow() - timedelta(seconds=settings.resend_after_s + 1)
+    session.flush()
+    assert jobs.reconcile(session, settings) == [job.id]
+    assert [item.message.job_id for item in take_outbox(session)] == [job.id]
+    assert job.status is JobStatus.QUEUED and job.sent_at > utcnow() - timedelta(seconds=5)
+
+
+def test_job_that_keeps_losing_its_worker_fails(session: Session, settings: Settings) -> None:
+    job = new_job(session, settings)
+    for attempt in range(1, settings.max_attempts + 1):
+        assert jobs.start(session, job.id, f"w{attempt}", settings) is not None
+        job.heartbeat_at = utcnow() - timedelta(seconds=settings.heartbeat_timeout_s + 1)
+        session.flush()
+        resent = jobs.reconcile(session, settings)
+        assert resent == ([job.id] if attempt < settings.max_attempts else [])
+    assert job.status is JobStatus.FAILED
+    assert job.error is not None and job.error.startswith("worker lost on each of 3 attempts")
+
+
+def test_slow_result_is_rerun_once_on_the_long_queue(session: Session, settings: Settings) -> None:
+    job = new_job(session, settings, "vqbet")
+    jobs.start(session, job.id, "w1", settings)
+    jobs.finish(session, job.id, 1, document("vqbet", StageStatus.SLOW), settings)
+    assert job.status is JobStatus.SLOW
+    cell = job.cell
+    session.refresh(cell)
+    long_job = cell.jobs[-1]
+    assert (long_job.stage, long_job.queue, long_job.timeout_s) == ("lower.long", "lower.long", 7200.0)
+    [outgoing] = take_outbox(session)
+    assert (outgoing.queue, outgoing.message.job_id) == ("lower.long", long_job.id)
+    assert sweeps.cell_state(cell) == (JobStatus.SLOW, True)
+    report = report_markdown(sweeps.get(session, cell.sweep_id))
+    assert "| vqbet | 90 / 100 (90%) | ❌ | ❌ | slow ⏳ |" in report
+
+    started = jobs.start(session, long_job.id, "w2", settings)
+    assert started is not None and started.options.timeout_s == 7200.0
+    jobs.finish(session, long_job.id, 1, document("vqbet", StageStatus.SLOW), settings)
+    session.refresh(cell)
+    assert [j.status for j in cell.jobs] == [JobStatus.SLOW, JobStatus.SLOW]  # no third run
+    assert take_outbox(session) == []
+    assert sweeps.cell_state(cell) == (JobStatus.SLOW, False)
+
+
+def test_cancelled_job_is_not_started_and_its_result_dropped(session: Session, settings: Settings) -> None:
+    job = new_job(session, settings)
+    jobs.start(session, job.id, "w1", settings)
+    jobs.cancel(session, job.id, "sweep cancelled")
+    jobs.finish(session, job.id, 1, document("act"), settings)
+    assert job.status is JobStatus.CANCELLED and results_of(session, job.id) == 0
+    assert jobs.start(session, job.id, "w2", settings) is None
+
+
+def test_engine_failure_is_stored_on_the_job(session: Session, settings: Settings) -> None:
+    job = new_job(session, settings)
+    jobs.start(session, job.id, "w1", settings)
+    jobs.fail(session, job.id, 1, "Traceback (most recent call last):\nUserError: policy 'act' is broken")
+    assert job.status is JobStatus.FAILED
+    assert job.status_reason == "attempt 1 raised: UserError: policy 'act' is broken"
+    report = report_markdown(sweeps.get(session, job.cell.sweep_id))
+    assert "| act | ❌ | ❌ | ❌ | ❌ |" in report
+    assert "- act: UserError: policy 'act' is broken" in report
+
+
+@pytest.mark.parametrize("to", [JobStatus.RUNNING, JobStatus.QUEUED, JobStatus.OK])
+def test_terminal_jobs_do_not_move(session: Session, settings: Settings, to: JobStatus) -> None:
+    job = new_job(session, settings)
+    locked = lock_job(session, job.id)
+    assert locked is not None
+    transition(session, locked, JobStatus.CANCELLED, "test")
+    with pytest.raises(TransitionError):
+        transition(session, locked, to, "test")

@@ -1,0 +1,176 @@
+"""The CPU worker's Celery tasks: ``celery -A worker.tasks worker -Q lower,lower.long``.
+
+The task body imports no torch; the engine (``settings.engine``, by default ``worker.engine:analyze``)
+is imported on the first job a process runs. Results and job transitions go straight to the database
+(CPU workers are trusted, inside the farm), each in its own transaction; tasks a transaction creates
+(the slow re-run) are sent only after it commits.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import socket
+import threading
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any, Protocol
+
+from celery import Celery, Task
+from celery.signals import worker_ready, worker_shutdown
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from coverfarm.queues import LOWER_TASK, LowerMessage, make_celery
+from coverfarm.result import Options, ResultDocument
+from coverfarm.settings import Settings, get_settings
+from orchestrator.db import make_engine, make_sessionmaker, unit_of_work
+from orchestrator.jobs import service as jobs
+from orchestrator.jobs.repository import register_worker, worker_stopped
+
+log = logging.getLogger(__name__)
+
+
+class Analyzer(Protocol):
+    """worker.engine.analyze's signature."""
+
+    def __call__(
+        self,
+        policy: str,
+        backend: str,
+        options: Options,
+        out_dir: Path,
+        progress: Callable[[str], None] | None = None,
+    ) -> ResultDocument: ...
+
+
+def load_engine(spec: str) -> Analyzer:
+    module_name, _, attribute = spec.partition(":")
+    if not attribute:
+        raise ValueError(f"engine {spec!r} must be 'module:function'")
+    analyze: Analyzer = getattr(importlib.import_module(module_name), attribute)
+    return analyze
+
+
+@dataclass
+class Runtime:
+    """What one worker process needs, built lazily per process (prefork children must not share
+    the parent's database connections)."""
+
+    settings: Settings
+    engine: Engine
+    sessions: sessionmaker[Session]
+    celery: Celery
+    pid: int
+
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        with unit_of_work(self.sessions, self.celery) as session:
+            yield session
+
+
+_runtime: Runtime | None = None
+
+
+def runtime() -> Runtime:
+    global _runtime
+    if _runtime is None or _runtime.pid != os.getpid():
+        if _runtime is not None:
+            # A forked pool child inherited the parent's pooled connections: drop them without
+            # closing, or the child would end the parent's sessions on those sockets.
+            _runtime.engine.dispose(close=False)
+        settings = get_settings()
+        engine = make_engine(settings)
+        _runtime = Runtime(settings, engine, make_sessionmaker(engine), app, os.getpid())
+    return _runtime
+
+
+@cache
+def _engine(spec: str) -> Analyzer:
+    return load_engine(spec)
+
+
+class Heartbeat:
+    """Stamps the running attempt every ``heartbeat_interval_s`` while the engine works, so the
+    reconciler can tell a long stage from a dead worker."""
+
+    def __init__(self, rt: Runtime, job_id: int, attempt: int, worker: str) -> None:
+        self._rt, self._job_id, self._attempt, self._worker = rt, job_id, attempt, worker
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{job_id}", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._rt.settings.heartbeat_interval_s):
+            try:
+                with self._rt.transaction() as session:
+                    alive = jobs.heartbeat(session, self._job_id, self._attempt, self._worker)
+                if not alive:
+                    log.warning("job %s attempt %s is no longer ours", self._job_id, self._attempt)
+            except Exception:
+                log.exception("heartbeat of job %s failed", self._job_id)
+
+
+def _progress(job_id: int) -> Callable[[str], None]:
+    def report(line: str) -> None:
+        log.info("job %s: %s", job_id, line)
+
+    return report
+
+
+def run_lower(job_id: int, worker: str, rt: Runtime) -> None:
+    with rt.transaction() as session:
+        started = jobs.start(session, job_id, worker, rt.settings)
+    if started is None:
+        return
+    out_dir = rt.settings.results_dir / f"job-{job_id}" / f"attempt-{started.attempt}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log.info("job %s attempt %s: %s on %s", job_id, started.attempt, started.policy, started.backend)
+    with Heartbeat(rt, job_id, started.attempt, worker):
+        try:
+            analyze = _engine(rt.settings.engine)
+            doc = analyze(started.policy, started.backend, started.options, out_dir, _progress(job_id))
+        except Exception:
+            # Includes Celery's SoftTimeLimitExceeded: the engine stopped responding past every bound.
+            error = traceback.format_exc()
+            log.error("job %s attempt %s failed:\n%s", job_id, started.attempt, error)
+            with rt.transaction() as session:
+                jobs.fail(session, job_id, started.attempt, error)
+            return
+    with rt.transaction() as session:
+        jobs.finish(session, job_id, started.attempt, doc, rt.settings)
+
+
+app = make_celery(get_settings())
+
+
+@worker_ready.connect
+def _registered(sender: Any, **_kwargs: Any) -> None:
+    queues = sorted(sender.app.amqp.queues.consume_from or sender.app.amqp.queues)
+    with runtime().transaction() as session:
+        register_worker(session, sender.hostname, queues)
+
+
+@worker_shutdown.connect
+def _stopped(sender: Any, **_kwargs: Any) -> None:
+    with runtime().transaction() as session:
+        worker_stopped(session, sender.hostname)
+
+
+@app.task(name=LOWER_TASK, bind=True)
+def lower(self: Task[Any, Any], message: dict[str, Any]) -> None:
+    parsed = LowerMessage.model_validate(message)
+    worker = self.request.hostname or socket.gethostname()
+    run_lower(parsed.job_id, worker, runtime())
