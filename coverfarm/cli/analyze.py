@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from coverfarm import tracker
+from coverfarm import catalog, tracker
 from coverfarm.errors import UserError
 from coverfarm.result import Options
 
@@ -41,6 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    for problem in (catalog.check_policy(args.policy), catalog.check_backend(args.backend)):
+        if problem:
+            raise UserError(problem)
     if args.timeout <= 0:
         raise UserError(f"--timeout must be a positive number of seconds, got {args.timeout:g}")
     if args.checkpoint is not None and not args.checkpoint.is_dir():

@@ -4,6 +4,7 @@ export, and a bundle that is written, verifiable by hash, and (for XNNPACK) runs
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -19,9 +20,9 @@ pytestmark = pytest.mark.real_policy
 
 
 @pytest.fixture(scope="session")
-def trace_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One trace cache for the session: each policy is traced once and shared by its backends."""
-    return tmp_path_factory.mktemp("traces")
+def trace_cache() -> Path:
+    """The session's trace cache (tests/conftest.py): each policy is traced once for all its backends."""
+    return Path(os.environ["COVERFARM_TRACE_CACHE"])
 
 
 def check_bundle(doc: ResultDocument) -> dict[str, object]:
@@ -55,8 +56,37 @@ def check_consistent(doc: ResultDocument) -> None:
     assert ResultDocument.model_validate_json(doc.model_dump_json()) == doc
 
 
-def test_act_on_vulkan(trace_cache: Path, tmp_path: Path) -> None:
-    doc = analyze("act", "vulkan", Options(lowering="fast"), tmp_path, trace_cache=trace_cache)
+@pytest.fixture(scope="module")
+def act_vulkan(trace_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, ResultDocument]:
+    """act lowered for Vulkan with the stock partitioner and with the exact fast one (+ pattern cache)."""
+    return {
+        lowering: analyze(
+            "act",
+            "vulkan",
+            Options(lowering=lowering),
+            tmp_path_factory.mktemp(lowering),
+            trace_cache=trace_cache,
+        )
+        for lowering in ("stock", "fast")
+    }
+
+
+def test_fast_lowering_gives_act_the_same_numbers_and_byte_identical_programs(
+    act_vulkan: dict[str, ResultDocument],
+) -> None:
+    stock, fast = act_vulkan["stock"], act_vulkan["fast"]
+    fields = ("ops", "heavy_macs", "programs", "blockers")
+    assert [getattr(stock, f) for f in fields] == [getattr(fast, f) for f in fields]
+    for a, b in zip(stock.program_list, fast.program_list, strict=True):
+        assert a.pte is not None and b.pte is not None
+        assert Path(a.pte).read_bytes() == Path(b.pte).read_bytes()
+    assert stock.bundle is not None and fast.bundle is not None
+    # the bundles differ only in the manifest's record of the options used
+    assert stock.bundle.sha256 != fast.bundle.sha256
+
+
+def test_act_on_vulkan(act_vulkan: dict[str, ResultDocument]) -> None:
+    doc = act_vulkan["fast"]
     check_consistent(doc)
     assert [p.name for p in doc.program_list] == ["forward"]
     assert doc.program_list[0].runs_per_chunk == 1

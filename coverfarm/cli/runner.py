@@ -1,0 +1,87 @@
+"""``coverfarm runner``: the device runner's standalone commands (probe this host, run one bundle).
+
+Imports nothing heavy at import time: the runner side never imports torch (design.md), and the
+``coverfarm`` parser is built for every command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from coverfarm.errors import UserError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "runner",
+        help="device runner: probe this host, run a bundle",
+        description="The device runner's standalone commands.",
+    )
+    commands = parser.add_subparsers(dest="runner_command", required=True, metavar="RUNNER_COMMAND")
+
+    probe = commands.add_parser(
+        "probe",
+        help="board, Vulkan devices, ExecuTorch runtime and backends, thermal zones, device classes",
+        description="Describe this host and the device classes it can serve.",
+    )
+    probe.add_argument("--json", action="store_true", help="print the probe document as JSON")
+    probe.set_defaults(func=run_probe)
+
+    run = commands.add_parser(
+        "run-bundle",
+        help="verify a bundle, check its test case and 16 frames, time its action chunk",
+        description="Run one bundle with this host's ExecuTorch runtime and write the result document.",
+    )
+    run.add_argument("bundle", type=Path, metavar="DIR", help="the bundle directory (named by its sha256)")
+    run.add_argument("--out", type=Path, required=True, help="where to write the result document (JSON)")
+    run.add_argument("--sha256", help="the expected sha256 (default: the directory's name)")
+    run.add_argument("--warmup", type=int, default=3, help="untimed chunks before timing (3)")
+    run.add_argument("--iterations", type=int, default=20, help="timed chunks (20)")
+    run.set_defaults(func=run_bundle)
+
+
+def run_probe(args: argparse.Namespace) -> int:
+    from gpu_runner.probe import describe, probe
+
+    report = probe()
+    print(report.model_dump_json(indent=2) if args.json else describe(report))
+    return 0
+
+
+def run_bundle(args: argparse.Namespace) -> int:
+    if args.warmup < 0:
+        raise UserError(f"--warmup must be 0 or more, got {args.warmup}")
+    if args.iterations < 1:
+        raise UserError(f"--iterations must be at least 1, got {args.iterations}")
+    if not args.bundle.is_dir():
+        raise UserError(f"bundle {args.bundle} is not a directory")
+    if not args.out.parent.is_dir():
+        raise UserError(f"cannot write {args.out}: {args.out.parent} is not a directory")
+
+    from gpu_runner.bundle_run import run_bundle as run
+
+    result = run(args.bundle, expected_sha256=args.sha256, warmup=args.warmup, iterations=args.iterations)
+    args.out.write_text(result.model_dump_json(indent=2))
+    print(json.dumps(_summary(result.model_dump(mode="json")), indent=2))
+    return 0 if result.status == "ok" else 1
+
+
+def _summary(doc: dict[str, Any]) -> dict[str, Any]:
+    latency = doc.get("latency") or {}
+    return {
+        "status": doc["status"],
+        "error": doc["error"],
+        "bundle_sha256": doc["bundle_sha256"],
+        "device_class": doc["device_class"],
+        "testcase_passed": all(c["passed"] for c in doc["testcase"]) if doc["testcase"] else None,
+        "frames_passed": (doc.get("frames") or {}).get("passed"),
+        "median_ms": latency.get("median_ms"),
+        "p90_ms": latency.get("p90_ms"),
+        "cv": latency.get("cv"),
+        "stable": latency.get("stable"),
+        "load_ms": latency.get("load_ms"),
+        "libtorch_mapped": doc["libtorch_mapped"],
+    }

@@ -1,0 +1,253 @@
+"""Run one bundle on this host: verify its address, replay its test case, check 16 frames, time a chunk.
+
+numpy and the ExecuTorch runtime only (through ``gpu_runner.runtime``). Whatever goes wrong in the
+runtime (a backend that is not registered, a program it refuses) becomes a failed result with its cause,
+not a crash; a bundle whose content does not match its address is refused before anything is loaded.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from gpu_runner import runtime
+from gpu_runner.digest import bundle_digest
+from gpu_runner.manifest import BundleError, Manifest, Plan, load_manifest
+from gpu_runner.probe import probe
+from gpu_runner.result import (
+    DeviceResult,
+    FramesCheck,
+    LatencyStats,
+    OutputCheck,
+    ProgramCheck,
+    Tolerance,
+)
+from gpu_runner.stats import latency_stats
+
+DEFAULT_WARMUP = 3
+DEFAULT_ITERATIONS = 20
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+Programs = Mapping[str, runtime.LoadedProgram]
+
+
+def verify(bundle: Path, expected: str | None = None) -> str:
+    """The bundle's sha256, checked against ``expected`` (by default the directory's name, as stored)."""
+    if not (bundle / "manifest.json").is_file():
+        raise BundleError(f"{bundle} is not a bundle (no manifest.json)")
+    expected = (expected or bundle.resolve().name).lower()
+    if not _SHA256.match(expected):
+        raise BundleError(f"cannot verify {bundle}: its name is not a sha256; give the expected sha256")
+    actual = bundle_digest(bundle)
+    if actual != expected:
+        raise BundleError(f"bundle {bundle} is refused: its content hashes to {actual}, not {expected}")
+    return actual
+
+
+def run_bundle(
+    bundle: Path,
+    *,
+    expected_sha256: str | None = None,
+    warmup: int = DEFAULT_WARMUP,
+    iterations: int = DEFAULT_ITERATIONS,
+) -> DeviceResult:
+    try:
+        sha = verify(bundle, expected_sha256)
+        manifest = load_manifest(bundle)
+    except BundleError as error:
+        return _finish(
+            DeviceResult(bundle_sha256=expected_sha256 or bundle.name, status="failed", error=str(error))
+        )
+    report = probe()
+    result = DeviceResult(
+        bundle_sha256=sha,
+        policy=manifest.policy,
+        backend=manifest.backend,
+        device_class=_device_class(report.device_classes, manifest.backend),
+        probe=report,
+        tolerance=Tolerance(rtol=manifest.tolerance.rtol, atol=manifest.tolerance.atol),
+        status="ok",
+    )
+    try:
+        # probe() has imported the runtime already, so this times loading the programs and nothing else.
+        start = time.perf_counter()
+        programs = {
+            p.name: runtime.load_program(p.name, bundle / p.pte, manifest.backend) for p in manifest.programs
+        }
+        load_ms = (time.perf_counter() - start) * 1e3
+        result.testcase = replay_testcase(bundle, manifest, programs)
+        result.frames = check_frames(bundle, manifest, programs)
+        result.latency = time_chunk(bundle, manifest, programs, warmup, iterations, load_ms)
+    except (runtime.RuntimeFailure, BundleError) as error:
+        result.status, result.error = "failed", str(error)
+        return _finish(result)
+    wrong = _verdict(result, manifest.tolerance.atol, manifest.tolerance.rtol)
+    if wrong:
+        result.status, result.error = "failed", wrong
+    return _finish(result)
+
+
+def _verdict(result: DeviceResult, atol: float, rtol: float) -> str | None:
+    """Why the outputs are wrong (the cell's ❌ cause), or None when they are right."""
+    wrong = [
+        f"{c.program} ({c.error or f'max abs error {c.max_abs_error:.3g}'})"
+        for c in result.testcase
+        if not c.passed
+    ]
+    if wrong:
+        return f"test case outside tolerance (atol {atol:g}, rtol {rtol:g}): {', '.join(wrong)}"
+    if result.frames and not result.frames.passed:
+        worst = max((o for o in result.frames.outputs if not o.passed), key=lambda o: o.max_abs_error)
+        return f"frames differ from the reference: {worst.name} max abs error {worst.max_abs_error:.3g}"
+    return None
+
+
+def _device_class(classes: list[str], backend: str | None) -> str | None:
+    suffix = f"-{backend}"
+    return next((c for c in classes if backend and c.endswith(suffix)), None)
+
+
+def _finish(result: DeviceResult) -> DeviceResult:
+    result.libtorch_libraries = runtime.libtorch_libraries()
+    result.libtorch_mapped = bool(result.libtorch_libraries)
+    result.torch_module_loaded = "torch" in sys.modules
+    return result
+
+
+def _npz(bundle: Path, name: str) -> dict[str, np.ndarray]:
+    try:
+        with np.load(bundle / name, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
+    except (OSError, ValueError) as error:
+        raise BundleError(f"{name} of the bundle is unreadable: {error}") from None
+
+
+def _take(arrays: Mapping[str, np.ndarray], key: str, name: str) -> np.ndarray:
+    if key not in arrays:
+        raise BundleError(f"{name} of the bundle lacks {key}")
+    return arrays[key]
+
+
+def _same_shape(what: str, actual: np.ndarray, expected: np.ndarray) -> None:
+    if actual.shape != expected.shape:
+        raise runtime.RuntimeFailure(
+            f"{what} has shape {list(actual.shape)}, the reference {list(expected.shape)}"
+        )
+
+
+def _max_abs(actual: np.ndarray, expected: np.ndarray) -> float:
+    if actual.size == 0:
+        return 0.0
+    return float(np.max(np.abs(actual.astype(np.float64) - expected.astype(np.float64))))
+
+
+def _close(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float) -> bool:
+    return bool(np.allclose(actual.astype(np.float64), expected.astype(np.float64), rtol=rtol, atol=atol))
+
+
+def sqnr_db(actual: np.ndarray, expected: np.ndarray) -> float | None:
+    """Signal-to-quantization-noise ratio of ``actual`` against ``expected``; None when identical."""
+    signal = float(np.sum(np.square(expected.astype(np.float64))))
+    noise = float(np.sum(np.square(actual.astype(np.float64) - expected.astype(np.float64))))
+    if noise == 0.0:
+        return None
+    return float(10 * np.log10(max(signal, float(np.finfo(np.float64).tiny)) / noise))
+
+
+def replay_testcase(bundle: Path, manifest: Manifest, programs: Programs) -> list[ProgramCheck]:
+    testcase = _npz(bundle, "testcase.npz")
+    rtol, atol = manifest.tolerance.rtol, manifest.tolerance.atol
+    checks = []
+    for spec in manifest.programs:
+        inputs = [_take(testcase, f"{spec.name}/in/{i}", "testcase.npz") for i in range(len(spec.inputs))]
+        expected = [_take(testcase, f"{spec.name}/out/{i}", "testcase.npz") for i in range(len(spec.outputs))]
+        outputs = programs[spec.name](inputs)
+        if len(outputs) != len(expected):
+            checks.append(
+                ProgramCheck(
+                    program=spec.name,
+                    passed=False,
+                    error=f"returned {len(outputs)} outputs, the manifest names {len(expected)}",
+                )
+            )
+            continue
+        for i, (a, e) in enumerate(zip(outputs, expected, strict=True)):
+            _same_shape(f"output {i} of {spec.name}", a, e)
+        checks.append(
+            ProgramCheck(
+                program=spec.name,
+                max_abs_error=max(
+                    (_max_abs(a, e) for a, e in zip(outputs, expected, strict=True)), default=0.0
+                ),
+                passed=all(_close(a, e, rtol, atol) for a, e in zip(outputs, expected, strict=True)),
+            )
+        )
+    return checks
+
+
+def run_plan(plan: Plan, programs: Programs, env: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One action chunk: the plan's calls in order, each fed its inputs by name from what came before."""
+    values = dict(env)
+    for call in plan.calls:
+        missing = [name for name in call.inputs if name not in values]
+        if missing:
+            raise BundleError(f"the plan feeds {call.program} with {missing}, which nothing produced")
+        outputs = programs[call.program]([values[name] for name in call.inputs])
+        if len(outputs) != len(call.outputs):
+            raise runtime.RuntimeFailure(
+                f"program {call.program} returned {len(outputs)} outputs, the plan names {len(call.outputs)}"
+            )
+        values.update(zip(call.outputs, outputs, strict=True))
+    return {name: values[name] for name in plan.outputs}
+
+
+def _frame_env(
+    manifest: Manifest, frames: Mapping[str, np.ndarray], constants: Mapping[str, np.ndarray], i: int
+) -> dict[str, np.ndarray]:
+    env = {name: _take(constants, name, "constants.npz") for name in manifest.plan.constants}
+    env.update({name: _take(frames, f"{i}/{name}", "frames.npz") for name in manifest.plan.frame_inputs})
+    return env
+
+
+def check_frames(bundle: Path, manifest: Manifest, programs: Programs) -> FramesCheck:
+    frames, references = _npz(bundle, "frames.npz"), _npz(bundle, "references.npz")
+    constants = _npz(bundle, "constants.npz")
+    rtol, atol = manifest.tolerance.rtol, manifest.tolerance.atol
+    worst: dict[str, float] = dict.fromkeys(manifest.plan.outputs, 0.0)
+    sqnr: dict[str, float | None] = dict.fromkeys(manifest.plan.outputs)
+    passed = dict.fromkeys(manifest.plan.outputs, True)
+    for i in range(manifest.frames):
+        outputs = run_plan(manifest.plan, programs, _frame_env(manifest, frames, constants, i))
+        for name, actual in outputs.items():
+            expected = _take(references, f"{i}/{name}", "references.npz")
+            _same_shape(f"output {name} of frame {i}", actual, expected)
+            worst[name] = max(worst[name], _max_abs(actual, expected))
+            db = sqnr_db(actual, expected)
+            if db is not None:
+                previous = sqnr[name]
+                sqnr[name] = db if previous is None else min(previous, db)
+            passed[name] = passed[name] and _close(actual, expected, rtol, atol)
+    outputs_checked = [
+        OutputCheck(name=n, max_abs_error=worst[n], min_sqnr_db=sqnr[n], passed=passed[n])
+        for n in manifest.plan.outputs
+    ]
+    return FramesCheck(frames=manifest.frames, outputs=outputs_checked, passed=all(passed.values()))
+
+
+def time_chunk(
+    bundle: Path, manifest: Manifest, programs: Programs, warmup: int, iterations: int, load_ms: float
+) -> LatencyStats:
+    env = _frame_env(manifest, _npz(bundle, "frames.npz"), _npz(bundle, "constants.npz"), 0)
+    for _ in range(warmup):
+        run_plan(manifest.plan, programs, env)
+    samples = []
+    for _ in range(iterations):
+        start = time.perf_counter_ns()
+        run_plan(manifest.plan, programs, env)
+        samples.append((time.perf_counter_ns() - start) / 1e6)
+    return latency_stats(samples, warmup, load_ms)

@@ -1,0 +1,237 @@
+"""What this host is: board and CPU, Vulkan devices, the ExecuTorch runtime and its backends, thermal zones.
+
+The device classes a runner offers follow from it: ``cpu-<arch>-xnnpack`` when the runtime registers
+XnnpackBackend, ``<gpu>-vulkan`` (``mali-g610-vulkan``, ``h100-vulkan``, ``llvmpipe-vulkan``) for each
+Vulkan device only when it registers VulkanBackend: a GPU the runtime cannot use is no device class.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from gpu_runner import runtime
+from gpu_runner.result import Board, ExecutorchInfo, ProbeReport, ThermalZone, VulkanDevice
+
+# PCI / Khronos vendor ids as vulkaninfo prints them.
+VENDORS = {
+    "0x1002": "AMD",
+    "0x1010": "Imagination",
+    "0x106b": "Apple",
+    "0x10de": "NVIDIA",
+    "0x13b5": "ARM",
+    "0x14e4": "Broadcom",
+    "0x5143": "Qualcomm",
+    "0x8086": "Intel",
+    "0x10005": "Mesa",
+}
+# Full vulkaninfo limits worth keeping: the Vulkan delegate maps tensors onto 3D images and buffers.
+LIMITS = (
+    "maxImageDimension1D",
+    "maxImageDimension2D",
+    "maxImageDimension3D",
+    "maxStorageBufferRange",
+    "maxComputeSharedMemorySize",
+    "maxComputeWorkGroupInvocations",
+    "maxPushConstantsSize",
+)
+VULKANINFO_TIMEOUT_S = 20
+_VENDOR_WORDS = {"nvidia", "amd", "ati", "arm", "qualcomm", "intel", "apple", "imagination", "broadcom"}
+_KEY_VALUE = re.compile(r"^\s*(\w+)\s*=\s*(.*?)\s*$")
+_GPU_HEADER = re.compile(r"^GPU(\d+):\s*$")
+
+
+def board() -> Board:
+    model = _read("/proc/device-tree/model")
+    cpu_model = None
+    cpuinfo = _read("/proc/cpuinfo") or ""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        # x86 says "model name"; arm64 kernels often only say "Hardware" or nothing at all.
+        if key.strip() in ("model name", "Hardware", "Model") and value.strip():
+            cpu_model = value.strip()
+            break
+    return Board(
+        model=model.rstrip("\0").strip() if model else None,
+        cpu_model=cpu_model,
+        cores=os.cpu_count() or 1,
+        arch=platform.machine(),
+    )
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return None
+
+
+def _vulkaninfo(*args: str) -> str:
+    result = subprocess.run(
+        ["vulkaninfo", *args], capture_output=True, text=True, timeout=VULKANINFO_TIMEOUT_S, check=False
+    )
+    return result.stdout
+
+
+def parse_summary(text: str) -> list[VulkanDevice]:
+    """The ``Devices:`` part of ``vulkaninfo --summary``: one ``GPU<n>:`` block of ``key = value`` each."""
+    devices: list[dict[str, str]] = []
+    in_devices = False
+    for line in text.splitlines():
+        if line.startswith("Devices:"):
+            in_devices = True
+            continue
+        if not in_devices:
+            continue
+        if header := _GPU_HEADER.match(line):
+            devices.append({"index": header.group(1)})
+        elif devices and (m := _KEY_VALUE.match(line)):
+            devices[-1][m.group(1)] = m.group(2)
+    return [_device(d) for d in devices if "deviceName" in d]
+
+
+def _device(fields: dict[str, str]) -> VulkanDevice:
+    vendor_id = fields.get("vendorID", "").lower() or None
+    return VulkanDevice(
+        index=int(fields["index"]),
+        name=fields["deviceName"],
+        vendor=VENDORS.get(vendor_id or "", vendor_id or "unknown"),
+        vendor_id=vendor_id,
+        device_type=fields.get("deviceType", "").removeprefix("PHYSICAL_DEVICE_TYPE_") or None,
+        driver_name=fields.get("driverName"),
+        driver_info=fields.get("driverInfo"),
+        driver_version=fields.get("driverVersion"),
+        api_version=fields.get("apiVersion"),
+    )
+
+
+def parse_limits(text: str) -> dict[int, dict[str, int]]:
+    """Per ``GPU<n>:`` section of the full ``vulkaninfo`` output, the first value of each of ``LIMITS``."""
+    limits: dict[int, dict[str, int]] = {}
+    current: dict[str, int] | None = None
+    for line in text.splitlines():
+        if header := _GPU_HEADER.match(line):
+            current = limits.setdefault(int(header.group(1)), {})
+        elif current is not None and (m := _KEY_VALUE.match(line)) and m.group(1) in LIMITS:
+            value = m.group(2).split()[0]
+            if m.group(1) not in current and value.isdigit():
+                current[m.group(1)] = int(value)
+    return limits
+
+
+def vulkan_devices() -> tuple[list[VulkanDevice], str]:
+    if shutil.which("vulkaninfo") is None:
+        return [], "none: vulkaninfo not installed (package vulkan-tools)"
+    try:
+        devices = parse_summary(_vulkaninfo("--summary"))
+        if not devices:
+            return [], "none: no Vulkan loader or device found"
+        limits = parse_limits(_vulkaninfo())
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return [], f"none: vulkaninfo failed ({error})"
+    for device in devices:
+        device.limits = limits.get(device.index, {})
+    return devices, "ok"
+
+
+def thermal_zones(root: Path = Path("/sys/class/thermal")) -> list[ThermalZone]:
+    zones = []
+    for zone in sorted(root.glob("thermal_zone*")):
+        temp = _read(str(zone / "temp"))
+        kind = _read(str(zone / "type"))
+        try:
+            temp_c = int(temp.strip()) / 1000 if temp else None
+        except ValueError:
+            temp_c = None
+        zones.append(ThermalZone(name=zone.name, type=kind.strip() if kind else None, temp_c=temp_c))
+    return zones
+
+
+def executorch_info() -> ExecutorchInfo:
+    version = runtime.executorch_version()
+    try:
+        return ExecutorchInfo(version=version, registered_backends=runtime.registered_backends())
+    except runtime.RuntimeFailure as error:
+        return ExecutorchInfo(version=version, error=str(error))
+
+
+def gpu_slug(name: str) -> str:
+    """A device name as a class: "Mali-G610 MC4" -> mali-g610, "NVIDIA H100 80GB HBM3" -> h100,
+    "llvmpipe (LLVM 15.0.6, 256 bits)" -> llvmpipe, "Adreno (TM) 740" -> adreno-740."""
+    words = re.sub(r"\([^)]*\)", " ", name).lower().replace("_", " ").split()
+    words = [w for w in words if w not in _VENDOR_WORDS] or ["gpu"]
+    kept: list[str] = []
+    for word in words:  # up to and including the first word with a digit: the model number
+        kept.append(re.sub(r"[^a-z0-9-]", "", word))
+        if any(c.isdigit() for c in word):
+            break
+    return "-".join(w for w in kept if w) or "gpu"
+
+
+def device_classes(
+    board: Board, devices: list[VulkanDevice], vulkan_status: str, info: ExecutorchInfo
+) -> tuple[list[str], dict[str, str]]:
+    classes: list[str] = []
+    not_offered: dict[str, str] = {}
+    registered = set(info.registered_backends)
+    where = f"ExecuTorch runtime {info.version or '(unknown version)'}"
+    if info.error:
+        not_offered["runtime"] = info.error
+    if runtime.RUNTIME_BACKEND["xnnpack"] in registered:
+        classes.append(f"cpu-{board.arch}-xnnpack")
+    elif not info.error:
+        not_offered["xnnpack"] = f"XnnpackBackend is not registered in the {where}"
+    if runtime.RUNTIME_BACKEND["vulkan"] not in registered:
+        gpus = ", ".join(d.name for d in devices) or vulkan_status
+        not_offered["vulkan"] = f"VulkanBackend is not registered in the {where} (Vulkan devices: {gpus})"
+    elif not devices:
+        not_offered["vulkan"] = f"no Vulkan device: {vulkan_status}"
+    else:
+        classes.extend(dict.fromkeys(f"{gpu_slug(d.name)}-vulkan" for d in devices))
+    return classes, not_offered
+
+
+def probe() -> ProbeReport:
+    host = board()
+    devices, vulkan_status = vulkan_devices()
+    info = executorch_info()
+    classes, not_offered = device_classes(host, devices, vulkan_status, info)
+    return ProbeReport(
+        board=host,
+        vulkan_devices=devices,
+        vulkan_status=vulkan_status,
+        executorch=info,
+        thermal_zones=thermal_zones(),
+        device_classes=classes,
+        not_offered=not_offered,
+    )
+
+
+def describe(report: ProbeReport) -> str:
+    """The probe as one readable block."""
+    b = report.board
+    lines = [
+        f"board:        {b.model or '(no device-tree model)'}",
+        f"cpu:          {b.cpu_model or 'unknown'} ({b.cores} cores, {b.arch})",
+        f"executorch:   {report.executorch.version or 'not installed'}; backends: "
+        + (", ".join(report.executorch.registered_backends) or report.executorch.error or "none"),
+    ]
+    if report.vulkan_devices:
+        for d in report.vulkan_devices:
+            limit = d.limits.get("maxImageDimension3D")
+            lines.append(
+                f"vulkan GPU{d.index}:  {d.name} [{d.vendor}, {d.device_type or '?'}] driver "
+                f"{d.driver_name or '?'} {d.driver_info or d.driver_version or ''}, "
+                f"API {d.api_version or '?'}" + (f", maxImageDimension3D {limit}" if limit else "")
+            )
+    else:
+        lines.append(f"vulkan:       {report.vulkan_status}")
+    temps = [f"{z.type or z.name} {z.temp_c:.0f}°C" for z in report.thermal_zones if z.temp_c is not None]
+    lines.append(f"thermal:      {', '.join(temps) if temps else 'no thermal zones'}")
+    lines.append(f"classes:      {', '.join(report.device_classes) or 'none'}")
+    lines.extend(f"  no {backend}: {why}" for backend, why in report.not_offered.items())
+    return "\n".join(lines)

@@ -1,0 +1,112 @@
+"""The one place that talks to the ExecuTorch runtime (``executorch.runtime``), in numpy terms.
+
+Upstream behaviour worked around here, and only here: the pip wheel's pybindings
+(``executorch.extension.pybindings.portable_lib``) ``import torch`` before loading their extension,
+link libtorch, and accept and return only ``torch.Tensor`` ("Unsupported python type
+<class 'numpy.ndarray'>"). So with the pip wheel, loading the runtime brings torch into the process
+whatever the runner does. The runner's own code never imports torch; ``_tensor_io`` borrows the tensor
+type the runtime already loaded, to wrap numpy arrays without copying. A runtime built without torch
+needs only that function changed.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# The runtime name of each coverfarm backend's delegate, as ``backend_registry`` lists it.
+RUNTIME_BACKEND = {"vulkan": "VulkanBackend", "xnnpack": "XnnpackBackend"}
+
+_LIBTORCH = re.compile(r"/(libtorch[^/]*|libc10[^/]*)\.so[^/]*$")
+
+
+class RuntimeFailure(Exception):
+    """The runtime could not be loaded, or refused a program or a call; the message is the cause."""
+
+
+def executorch_version() -> str | None:
+    try:
+        return importlib.metadata.version("executorch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _runtime() -> Any:
+    try:
+        from executorch.runtime import Runtime
+    except ImportError as error:
+        raise RuntimeFailure(f"the ExecuTorch runtime is not importable: {error}") from None
+    return Runtime.get()
+
+
+def registered_backends() -> list[str]:
+    return sorted(_runtime().backend_registry.registered_backend_names)
+
+
+def _tensor_io() -> tuple[Callable[[np.ndarray], Any], Callable[[Any], np.ndarray]]:
+    """numpy -> runtime value and back (see the module docstring for why torch appears here)."""
+    _runtime()  # the pip runtime imports torch itself; this borrows its tensor type, never loads it first
+    torch = sys.modules.get("torch")
+    if torch is None:
+        raise RuntimeFailure("this ExecuTorch runtime exchanges no tensor type the runner knows")
+
+    def to_runtime(array: np.ndarray) -> Any:
+        return torch.from_numpy(np.ascontiguousarray(array))
+
+    def from_runtime(value: Any) -> np.ndarray:
+        return np.asarray(value.numpy())
+
+    return to_runtime, from_runtime
+
+
+class LoadedProgram:
+    """One loaded ``.pte``'s ``forward`` method, called with numpy arrays."""
+
+    def __init__(self, name: str, method: Any) -> None:
+        self.name = name
+        self._method = method
+        self._to, self._from = _tensor_io()
+
+    def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        try:
+            outputs = self._method.execute([self._to(a) for a in inputs])
+        except Exception as error:  # the pybindings raise RuntimeError with the runtime's error code
+            raise RuntimeFailure(f"program {self.name} failed to run: {error}") from None
+        return [self._from(o) for o in outputs]
+
+
+def load_program(name: str, pte: Path, backend: str | None) -> LoadedProgram:
+    runtime = _runtime()
+    try:
+        program = runtime.load_program(pte)
+        method = program.load_method("forward")
+    except Exception as error:
+        raise RuntimeFailure(f"program {name} failed to load: {error}{_why(runtime, backend)}") from None
+    return LoadedProgram(name, method)
+
+
+def _why(runtime: Any, backend: str | None) -> str:
+    """The runtime logs "Backend X is not registered" to stderr but raises only an error code."""
+    needed = RUNTIME_BACKEND.get(backend or "")
+    registered = sorted(runtime.backend_registry.registered_backend_names)
+    if needed and needed not in registered:
+        return (
+            f" ({needed} is not registered in this ExecuTorch runtime; registered: {', '.join(registered)})"
+        )
+    return ""
+
+
+def libtorch_libraries() -> list[str]:
+    """The libtorch / c10 shared libraries mapped into this process, from /proc/self/maps."""
+    try:
+        lines = Path("/proc/self/maps").read_text().splitlines()
+    except OSError:
+        return []
+    found = {m.group(1) for line in lines if (m := _LIBTORCH.search(line))}
+    return sorted(found)

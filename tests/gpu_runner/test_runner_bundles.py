@@ -1,0 +1,138 @@
+"""The runner on tiny bundles the engine wrote: address check, test case, frames, failures with causes."""
+
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from runnerhelp import ROOT, rehomed
+
+from gpu_runner import digest
+from gpu_runner.bundle_run import run_bundle
+from gpu_runner.result import DeviceResult
+from gpu_runner.runtime import registered_backends
+
+
+def coverfarm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "coverfarm", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_digest_matches_the_engines(tiny_bundles: dict[str, Path]) -> None:
+    from worker.bundle import bundle_digest  # the engine's own (its package imports torch elsewhere)
+
+    for bundle in tiny_bundles.values():
+        assert digest.bundle_digest(bundle) == bundle_digest(bundle) == bundle.name
+
+
+def test_tiny_xnnpack_bundle_passes(tiny_bundles: dict[str, Path]) -> None:
+    result = run_bundle(tiny_bundles["xnnpack"], warmup=1, iterations=5)
+    assert result.status == "ok", result.error
+    assert result.device_class == f"cpu-{platform.machine()}-xnnpack"
+    assert [(c.program, c.passed) for c in result.testcase] == [("obs", True), ("step", True)]
+    assert all(c.max_abs_error is not None and c.max_abs_error < 1e-4 for c in result.testcase)
+    assert result.frames is not None and result.frames.passed and result.frames.frames == 16
+    (action,) = result.frames.outputs
+    assert action.name == "action" and action.max_abs_error < 1e-4
+    assert action.min_sqnr_db is None or action.min_sqnr_db > 60
+    assert result.latency is not None and len(result.latency.samples_ms) == 5
+    assert result.latency.warmup == 1 and result.latency.load_ms > 0
+
+
+def test_tampered_bundle_is_refused_by_hash(tiny_bundles: dict[str, Path], tmp_path: Path) -> None:
+    bundle = tmp_path / tiny_bundles["xnnpack"].name
+    shutil.copytree(tiny_bundles["xnnpack"], bundle)
+    pte = bundle / "programs" / "step.pte"
+    data = bytearray(pte.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    pte.write_bytes(bytes(data))
+
+    out = tmp_path / "result.json"
+    run = coverfarm("runner", "run-bundle", str(bundle), "--out", str(out))
+    assert run.returncode == 1, run.stderr
+    result = DeviceResult.model_validate_json(out.read_text())
+    assert result.status == "failed"
+    assert result.error is not None and "refused" in result.error and bundle.name in result.error
+    assert result.testcase == [] and result.latency is None  # nothing of it was loaded or run
+    assert not result.torch_module_loaded
+
+
+@pytest.mark.parametrize(
+    ("npz", "key", "cause"),
+    [
+        ("references.npz", "3/action", "frames differ from the reference: action max abs error 0.25"),
+        ("testcase.npz", "step/out/0", "test case outside tolerance (atol 0.001, rtol 0.001): step (max abs"),
+    ],
+    ids=["frames", "testcase"],
+)
+def test_wrong_outputs_fail_with_the_cause(
+    tiny_bundles: dict[str, Path], tmp_path: Path, npz: str, key: str, cause: str
+) -> None:
+    bundle = tmp_path / "edited"
+    shutil.copytree(tiny_bundles["xnnpack"], bundle)
+    with np.load(bundle / npz) as data:
+        arrays = {name: data[name] for name in data.files}
+    arrays[key] = arrays[key] + 0.25
+    np.savez(bundle / npz, **arrays)  # type: ignore[arg-type]
+    result = run_bundle(rehomed(bundle, tmp_path), warmup=0, iterations=1)
+    assert result.status == "failed"
+    assert result.error is not None and result.error.startswith(cause), result.error
+    assert result.latency is not None  # a wrong cell still has its timings
+
+
+def test_vulkan_bundle_without_vulkan_runtime_fails_with_cause(tiny_bundles: dict[str, Path]) -> None:
+    result = run_bundle(tiny_bundles["vulkan"], warmup=0, iterations=1)
+    if "VulkanBackend" in registered_backends():  # a runtime built with Vulkan: it must simply work
+        assert result.status == "ok", result.error
+        return
+    assert result.status == "failed"
+    assert result.error is not None
+    assert "program obs failed to load" in result.error  # obs is its only program
+    assert "VulkanBackend is not registered in this ExecuTorch runtime" in result.error
+    assert result.device_class is None
+
+
+HOOK = """
+import builtins, json, runpy, sys
+importers = []
+real_import = builtins.__import__
+def hook(name, globals=None, locals=None, fromlist=(), level=0):
+    if name == "torch" or name.startswith("torch."):
+        importers.append(((globals or {}).get("__name__"), "torch" in sys.modules))
+    return real_import(name, globals, locals, fromlist, level)
+builtins.__import__ = hook
+sys.argv = ["coverfarm", *json.loads(sys.argv[1])]
+try:
+    runpy.run_module("coverfarm", run_name="__main__")
+except SystemExit as exit:
+    code = exit.code
+print(json.dumps({"code": code, "importers": importers}))
+"""
+
+
+def test_runner_never_imports_torch_itself(tiny_bundles: dict[str, Path], tmp_path: Path) -> None:
+    """The pip wheel's runtime imports torch (its pybindings need it); the runner's code never does."""
+    out = tmp_path / "result.json"
+    args = ["runner", "run-bundle", str(tiny_bundles["xnnpack"]), "--out", str(out), "--iterations", "3"]
+    run = subprocess.run(
+        [sys.executable, "-c", HOOK, json.dumps(args)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(run.stdout.splitlines()[-1])
+    assert report["code"] == 0
+    ours = [who for who, _ in report["importers"] if who and who.split(".")[0] in ("gpu_runner", "coverfarm")]
+    assert ours == []
+    first = [who for who, loaded in report["importers"] if not loaded]
+    assert first and first[0].startswith("executorch."), first
+    result = DeviceResult.model_validate_json(out.read_text())
+    assert result.status == "ok", result.error
+    # What the pip wheel does to the process is recorded, not hidden.
+    assert result.torch_module_loaded and result.libtorch_mapped
+    assert any(lib.startswith("libtorch") for lib in result.libtorch_libraries)

@@ -1,0 +1,55 @@
+"""The runner on a real bundle: act lowered for XNNPACK by ``coverfarm analyze``, run by
+``coverfarm runner run-bundle`` (both as the user types them; the trace cache is the session's)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from runnerhelp import ROOT
+
+from gpu_runner.result import DeviceResult
+
+COVERFARM = [sys.executable, "-m", "coverfarm"]
+
+
+@pytest.mark.real_policy
+def test_act_xnnpack_bundle_runs_and_matches_eager(tmp_path: Path) -> None:
+    analyze = subprocess.run(
+        [*COVERFARM, "analyze", "--policy", "act", "--backend", "xnnpack", "--out", str(tmp_path), "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert analyze.returncode == 0, analyze.stderr[-3000:]
+    bundle = Path(json.loads(analyze.stdout)["bundle"]["path"])
+    out = tmp_path / "result.json"
+    run = subprocess.run(
+        [
+            *COVERFARM,
+            "runner",
+            "run-bundle",
+            str(bundle),
+            "--out",
+            str(out),
+            "--warmup",
+            "1",
+            "--iterations",
+            "3",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr[-3000:]
+    result = DeviceResult.model_validate_json(out.read_text())
+    assert result.status == "ok", result.error
+    assert result.bundle_sha256 == bundle.name
+    assert [c.program for c in result.testcase] == ["forward"] and result.testcase[0].passed
+    assert result.frames is not None and result.frames.passed and result.frames.frames == 16
+    assert result.latency is not None and result.latency.median_ms > 0 and len(result.latency.samples_ms) == 3

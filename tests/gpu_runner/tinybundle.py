@@ -1,0 +1,120 @@
+"""Build tiny bundles with the engine's own functions (test-only: imports torch and the worker).
+
+Imported by conftest.py, or run as a script (``python tinybundle.py OUT xnnpack vulkan``, which prints
+``{backend: bundle path}`` as JSON). In the XNNPACK bundle two programs exercise the plan: ``obs`` runs
+once and feeds ``step``, which runs twice with the timesteps as plan constants, like a denoising
+policy. The Vulkan bundle holds ``obs`` alone: it only has to show that loading it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from coverfarm.result import ResultDocument, StageResult, StageStatus
+from worker.bundle import write_bundle
+from worker.policies.base import Call, ChunkPlan, TracedPolicy, TracedProgram
+from worker.stages.events import EventLog
+from worker.stages.trace import write_trace
+
+
+class Obs(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 8)
+
+    def forward(self, state: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.proj(state))
+
+
+class Step(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.mix = torch.nn.Linear(8, 8)
+
+    def forward(self, features: torch.Tensor, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return x - 0.5 * torch.tanh(self.mix(features) + x) * t
+
+
+def traced_policy(two_programs: bool = True) -> TracedPolicy:
+    """``obs`` then ``step`` twice; or ``obs`` alone (lowering for Vulkan takes ~15 s per program)."""
+    torch.manual_seed(0)
+    obs, step = Obs().eval(), Step().eval()
+    state, noise, t = torch.randn(1, 4), torch.randn(1, 8), torch.tensor([0.7])
+    plan = ChunkPlan(
+        frame_inputs=("observation.state", "noise"),
+        calls=(
+            Call("obs", ("observation.state",), ("features",)),
+            Call("step", ("features", "noise", "t.00"), ("x.1",)),
+            Call("step", ("features", "x.1", "t.01"), ("action",)),
+        ),
+        outputs=("action",),
+        constants={"t.00": torch.tensor([0.9]), "t.01": torch.tensor([0.4])},
+    )
+    if not two_programs:
+        plan = ChunkPlan(plan.frame_inputs, plan.calls[:1], ("features",))
+
+    def make_frame(i: int) -> dict[str, torch.Tensor]:
+        generator = torch.Generator().manual_seed(100 + i)
+        return {
+            "observation.state": torch.randn(1, 4, generator=generator),
+            "noise": torch.randn(1, 8, generator=generator),
+        }
+
+    traced = TracedPolicy(
+        policy="tiny",
+        programs=[
+            TracedProgram("obs", torch.export.export(obs, (state,)), ("observation.state",), ("features",)),
+            TracedProgram(
+                "step",
+                torch.export.export(step, (state @ torch.ones(4, 8), noise, t)),
+                ("features", "x", "t"),
+                ("x.next",),
+            ),
+        ],
+        plan=plan,
+        eager={"obs": obs, "step": step},
+        make_frame=make_frame,
+    )
+    if not two_programs:
+        traced.programs = traced.programs[:1]
+    return traced
+
+
+def partitioner(backend: str) -> object:
+    if backend == "vulkan":
+        from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
+
+        return VulkanPartitioner()
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    return XnnpackPartitioner()
+
+
+def build(out: Path, backends: list[str]) -> dict[str, str]:
+    from executorch.exir import to_edge_transform_and_lower
+
+    bundles = {}
+    for backend in backends:
+        traced = traced_policy(two_programs=backend != "vulkan")
+        work = Path(tempfile.mkdtemp(prefix=f"tiny-{backend}.", dir=out))
+        trace_dir, lowered = work / "trace", work / "lowered"
+        trace_dir.mkdir()
+        lowered.mkdir()
+        log = EventLog(work / "events.jsonl")
+        trace = write_trace(traced, trace_dir, log)
+        log.close()
+        for program in traced.programs:
+            edge = to_edge_transform_and_lower(program.exported, partitioner=[partitioner(backend)])
+            (lowered / f"{program.name}.pte").write_bytes(edge.to_executorch().buffer)
+        doc = ResultDocument(policy="tiny", backend=backend, trace=StageResult(status=StageStatus.OK))
+        bundles[backend] = write_bundle(doc, trace, trace_dir, lowered, out / "bundles").path
+    return bundles
+
+
+if __name__ == "__main__":
+    print(json.dumps(build(Path(sys.argv[1]), sys.argv[2:])))
