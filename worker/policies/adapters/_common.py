@@ -1,0 +1,138 @@
+"""Helpers the adapters share: building a LeRobot policy offline, exporting, recording the config.
+
+Policies are built with LeRobot's own factory (``make_policy_config`` / ``get_policy_class``) from the
+type's default config, given the input and output features of the environment the defaults are tuned
+for, and with random weights from ``torch.manual_seed(seed)``; or they are loaded from a local
+checkpoint directory with the policy class's ``from_pretrained``. Always on CPU, fp32, eval mode.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from lerobot.configs import FeatureType, PolicyFeature, PreTrainedConfig
+from lerobot.policies.factory import get_policy_class, make_policy_config
+from lerobot.policies.pretrained import PreTrainedPolicy
+
+from worker.policies.base import Call, ChunkPlan, TracedProgram
+
+Features = Mapping[str, tuple[FeatureType, tuple[int, ...]]]
+
+
+def policy_features(features: Features) -> dict[str, PolicyFeature]:
+    return {name: PolicyFeature(type=kind, shape=shape) for name, (kind, shape) in features.items()}
+
+
+def build_policy(
+    policy_type: str,
+    *,
+    seed: int,
+    checkpoint: Path | None,
+    features: Features,
+    overrides: Mapping[str, Any] | None = None,
+) -> PreTrainedPolicy:
+    """The policy from its default config (plus ``overrides``) with seeded random weights, or a checkpoint.
+
+    ``overrides`` are what building offline needs (no ImageNet backbone download); they apply to a
+    checkpoint's config too, whose own weights replace whatever the constructor initialised.
+    """
+    policy_cls = get_policy_class(policy_type)
+    if checkpoint is not None:
+        path = Path(checkpoint)
+        if not (path / "config.json").is_file():
+            raise ValueError(f"checkpoint {str(path)!r} is not a readable policy directory (no config.json)")
+        try:
+            config = PreTrainedConfig.from_pretrained(str(path), local_files_only=True)
+            if config.type != policy_type:
+                raise ValueError(f"it holds a {config.type!r} policy, not {policy_type!r}")
+            for key, value in (overrides or {}).items():
+                setattr(config, key, value)
+            config.device = "cpu"
+            policy = policy_cls.from_pretrained(str(path), config=config, local_files_only=True)
+        except Exception as error:
+            raise ValueError(f"checkpoint {str(path)!r} could not be loaded: {error}") from error
+    else:
+        io = policy_features(features)
+        config = make_policy_config(
+            policy_type,
+            input_features={k: v for k, v in io.items() if v.type is not FeatureType.ACTION},
+            output_features={k: v for k, v in io.items() if v.type is FeatureType.ACTION},
+            device="cpu",
+            **dict(overrides or {}),
+        )
+        torch.manual_seed(seed)
+        policy = policy_cls(config=config)
+    policy = policy.to(device="cpu", dtype=torch.float32)
+    policy.eval()
+    return policy
+
+
+def config_dict(policy: PreTrainedPolicy, **extra: object) -> dict[str, object]:
+    """The policy config as a JSON-able dict, with the adapter's notes under ``extra``."""
+    config = policy.config
+    data = _jsonable(config)
+    assert isinstance(data, dict)
+    data["type"] = config.type
+    data.update({key: _jsonable(value) for key, value in extra.items()})
+    return data
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, PolicyFeature):
+        return {"type": value.type.value, "shape": list(value.shape)}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _jsonable(dataclasses.asdict(value))
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, torch.Tensor):
+        return value.tolist()
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return repr(value)
+
+
+def export_program(
+    name: str,
+    module: torch.nn.Module,
+    example: Sequence[torch.Tensor],
+    input_names: Sequence[str],
+    output_names: Sequence[str],
+) -> TracedProgram:
+    """``torch.export`` one program (non-strict: LeRobot code is plain Python around tensor ops)."""
+    module.eval()
+    with torch.no_grad():
+        exported = torch.export.export(module, tuple(example), strict=False)
+    return TracedProgram(name, exported, tuple(input_names), tuple(output_names))
+
+
+def single_program_plan(input_names: Sequence[str], output_names: Sequence[str]) -> ChunkPlan:
+    """The default plan: one ``forward`` call computes the chunk from the frame's inputs."""
+    return ChunkPlan(
+        frame_inputs=tuple(input_names),
+        calls=(Call("forward", tuple(input_names), tuple(output_names)),),
+        outputs=tuple(output_names),
+    )
+
+
+class Positional(torch.nn.Module):
+    """Calls ``fn(dict(zip(names, args)))``: a dict-taking policy method as a positional program."""
+
+    def __init__(
+        self, owner: torch.nn.Module, names: Sequence[str], fn: Callable[[dict[str, torch.Tensor]], Any]
+    ) -> None:
+        super().__init__()
+        self.owner = owner  # registers the policy's parameters with the exported program
+        self.names = tuple(names)
+        self.fn = fn
+
+    def forward(self, *args: torch.Tensor) -> Any:
+        return self.fn(dict(zip(self.names, args, strict=True)))
