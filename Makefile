@@ -16,7 +16,8 @@ help:
 	@echo "make test   - install if needed, then ruff, mypy and the test suite"
 	@echo "make bench  - the benchmark scripts in benchmarks/"
 
-$(STAMP): requirements/lock.txt requirements/lerobot.txt pyproject.toml
+$(STAMP): requirements/lock.txt requirements/lerobot.txt pyproject.toml scripts/system-deps.sh
+	bash scripts/system-deps.sh
 	@if [ -z "$(PYTHON312)" ]; then \
 	  echo "coverfarm needs Python 3.12: install it (e.g. 'pyenv install 3.12.1') or set PYTHON312=/path/to/python3.12" >&2; exit 1; fi
 	@test -x $(BIN)/python || $(PYTHON312) -m venv $(VENV)
@@ -47,6 +48,10 @@ run: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/engine_stages.py
+	$(BIN)/python benchmarks/partitioner.py
+	$(BIN)/python benchmarks/farm_api.py
+	$(BIN)/python benchmarks/dashboard_page.py
+	$(BIN)/python benchmarks/runner_latency.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

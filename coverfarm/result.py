@@ -49,6 +49,7 @@ class Options(BaseModel):
     timeout_s: float = Field(900.0, gt=0)
     seed: int = 0
     checkpoint: str | None = None
+    frames: int = Field(16, ge=1, le=16)  # eager reference frames for the device's comparison
 
 
 class StageResult(BaseModel):
@@ -113,6 +114,8 @@ class TraceInfo(BaseModel):
     weights: Literal["random", "checkpoint"] = "random"
     cache_key: str | None = None
     substitutions: list[str] = Field(default_factory=list)  # static stand-ins for untraceable code
+    frames: int = 0  # eager reference frames computed within the trace bound
+    frames_wanted: int = 16
 
 
 class ResultDocument(BaseModel):

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from coverfarm.queues import make_celery
 from coverfarm.settings import Settings, get_settings
+from dashboard.endpoints import router as dashboard_router
 from orchestrator.db import make_engine, make_sessionmaker
 from orchestrator.errors import Invalid, NotFound
 from orchestrator.events.endpoints import router as events_router
@@ -63,6 +64,7 @@ def create_app(
     app.state.settings = settings
     app.include_router(sweeps_router, prefix="/api")
     app.include_router(events_router, prefix="/api")
+    app.include_router(dashboard_router)
 
     @app.exception_handler(NotFound)
     async def not_found(_request: Request, error: NotFound) -> JSONResponse:

@@ -125,11 +125,7 @@ def xnnpack_reasons(partitioner: Partitioner, ep: ExportedProgram) -> Reasons:
         | {"executorch.backends.xnnpack.partition.config.xnnpack_config"}
     )
     with _why_no_partition(config_loggers) as reports:
-        matched = {
-            node
-            for group in partitioner.get_matched_nodes_from_configs(ep)
-            for node in group
-        }
+        matched = {node for group in partitioner.get_matched_nodes_from_configs(ep) for node in group}
     said: dict[torch.fx.Node, str] = {}
     for node, reason in reports:
         said.setdefault(node, reason)

@@ -65,7 +65,7 @@ def trace(
     policy: str, options: Options, cache: Path, work: Path, progress: Progress
 ) -> tuple[StageResult, Path | None, dict[str, Any] | None]:
     """The trace stage, or its cached result: (stage result, trace dir, trace manifest)."""
-    key = trace_key(policy, options.seed, options.checkpoint)
+    key = trace_key(policy, options.seed, options.checkpoint, options.frames)
     cached = cache / key
     manifest = load_trace_manifest(cached)
     if manifest is not None:
@@ -73,7 +73,16 @@ def trace(
         return StageResult(status=StageStatus.OK, seconds=0.0), cached, manifest
     cache.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=cache))
-    args = ["--policy", policy, "--seed", str(options.seed), "--out", str(staging)]
+    args = [
+        "--policy",
+        policy,
+        "--seed",
+        str(options.seed),
+        "--frames",
+        str(options.frames),
+        "--out",
+        str(staging),
+    ]
     if options.checkpoint:
         args += ["--checkpoint", options.checkpoint]
     progress(f"trace: building and exporting {policy}")
@@ -86,13 +95,15 @@ def trace(
         log_path=work / "trace.log",
     )
     seconds = sum(run.phase_seconds.values())
-    if run.timed_out_phase is not None:
+    if run.timed_out_phase == "trace":
         shutil.rmtree(staging, ignore_errors=True)
         error = ErrorInfo(
             stage="trace", type="Timeout", message=f"tracing took over {options.timeout_s:.0f} s"
         )
         return StageResult(status=StageStatus.SLOW, seconds=seconds, error=error), None, None
-    failure = _stage_error(run, "trace")
+    # Out of time while computing eager reference frames: the programs and the frames finished so far
+    # stand (the manifest counts them); the coverage numbers do not depend on references.
+    failure = None if run.timed_out_phase == "reference" else _stage_error(run, "trace")
     if failure is not None or not (staging / TRACE_MANIFEST).exists():
         shutil.rmtree(staging, ignore_errors=True)
         failure = failure or ErrorInfo(stage="trace", type="IncompleteTrace", message=run.log_tail)
@@ -134,6 +145,8 @@ def analyze(
         weights="checkpoint" if options.checkpoint else "random",
         cache_key=trace_dir.name,
         substitutions=manifest.get("substitutions", []),
+        frames=manifest.get("frames", 0),
+        frames_wanted=manifest.get("frames_wanted", options.frames),
     )
 
     say(f"lower: {backend} ({options.lowering} partitioning, constant propagation {options.constant_prop})")

@@ -38,10 +38,11 @@ def checkpoint_digest(checkpoint: str | None) -> str | None:
     return _digest_files([p for p in root.rglob("*") if p.is_file()], root)
 
 
-def trace_key(policy: str, seed: int, checkpoint: str | None) -> str:
+def trace_key(policy: str, seed: int, checkpoint: str | None, frames: int) -> str:
     fields = {
         "policy": policy,
         "seed": seed,
+        "frames": frames,
         "checkpoint": checkpoint_digest(checkpoint),
         "versions": {k: v for k, v in versions().items() if k != "coverfarm"},
         "code": code_digest(),

@@ -26,6 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", type=Path, default=Path("out"), help="where programs and bundles go (./out)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights (0)")
     parser.add_argument(
+        "--frames", type=int, default=16, help="eager reference frames for the device check, 1-16 (16)"
+    )
+    parser.add_argument(
         "--checkpoint", type=Path, help="a local checkpoint directory instead of random weights"
     )
     parser.add_argument(
@@ -52,12 +55,15 @@ def run(args: argparse.Namespace) -> int:
         options = Options(
             timeout_s=args.timeout,
             seed=args.seed,
+            frames=args.frames,
             checkpoint=str(args.checkpoint.resolve()) if args.checkpoint else None,
             constant_prop=args.constant_prop,
             lowering=args.lowering,
         )
     except ValidationError as error:
-        raise UserError(error.errors()[0]["msg"]) from None
+        first = error.errors()[0]
+        option = "--" + "-".join(str(part) for part in first["loc"]).replace("_", "-")
+        raise UserError(f"{option}: {first['msg']}") from None
 
     from worker.engine import analyze  # imports torch: only once the arguments are known to be good
 

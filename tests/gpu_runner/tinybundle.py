@@ -106,7 +106,7 @@ def build(out: Path, backends: list[str]) -> dict[str, str]:
         trace_dir.mkdir()
         lowered.mkdir()
         log = EventLog(work / "events.jsonl")
-        trace = write_trace(traced, trace_dir, log)
+        trace = write_trace(traced, trace_dir, log, 16)
         log.close()
         for program in traced.programs:
             edge = to_edge_transform_and_lower(program.exported, partitioner=[partitioner(backend)])

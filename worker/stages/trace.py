@@ -44,8 +44,20 @@ def max_abs_diff(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -
     return max((float((a[k].float() - b[k].float()).abs().max()) for k in a), default=0.0)
 
 
-def write_trace(traced: TracedPolicy, out: Path, log: EventLog) -> dict[str, Any]:
-    """Save programs, frames, references and the test case of a traced policy into ``out``."""
+def _write_manifest(out: Path, manifest: dict[str, Any]) -> None:
+    staging = out / f".{TRACE_MANIFEST}"
+    staging.write_text(json.dumps(manifest, indent=2, default=str))
+    staging.replace(out / TRACE_MANIFEST)  # atomic: a reader never sees half a manifest
+
+
+def write_trace(traced: TracedPolicy, out: Path, log: EventLog, frames_wanted: int) -> dict[str, Any]:
+    """Save programs, the test case and frames with their eager references into ``out``.
+
+    The manifest is written as soon as the programs and the test case (frame 0) exist, so the lower
+    stage can start from it, then rewritten after each further frame: eager references of a big
+    denoiser cost minutes per frame, and a reference phase that runs out of time leaves the frames it
+    finished (the manifest says how many) instead of nothing.
+    """
     programs = []
     runs = traced.plan.runs_per_chunk()
     for program in traced.programs:
@@ -60,38 +72,9 @@ def write_trace(traced: TracedPolicy, out: Path, log: EventLog) -> dict[str, Any
                 "runs_per_chunk": runs.get(program.name, 0),
             }
         )
-    log.emit("phase", phase="reference")
-    start = time.monotonic()
-    frames: dict[str, torch.Tensor] = {}
-    references: dict[str, torch.Tensor] = {}
-    record: list[tuple[Call, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]] = []
-    with torch.no_grad():
-        for i in range(FRAMES):
-            frame = traced.make_frame(i)
-            outputs = traced.plan.run(traced.eager, frame, record=record if i == 0 else None)
-            frames.update({f"{i}/{k}": v for k, v in frame.items()})
-            references.update({f"{i}/{k}": v for k, v in outputs.items()})
-        frame0 = traced.make_frame(0)
-        exported = {p.name: p.exported.module() for p in traced.programs}
-        export_diff = max_abs_diff(
-            traced.plan.run(exported, frame0), {k: references[f"0/{k}"] for k in traced.plan.outputs}
-        )
-        chunk_diff = None
-        if traced.eager_chunk is not None:
-            chunk = traced.eager_chunk(frame0)
-            chunk_diff = max_abs_diff(chunk, {k: references[f"0/{k}"] for k in chunk})
-    testcase: dict[str, torch.Tensor] = {}
-    for call, call_inputs, call_outputs in record:
-        if any(key.startswith(f"{call.program}/") for key in testcase):
-            continue  # the first call of each program is its test case
-        testcase.update({f"{call.program}/in/{j}": t for j, t in enumerate(call_inputs)})
-        testcase.update({f"{call.program}/out/{j}": t for j, t in enumerate(call_outputs)})
-    save_npz(out / "frames.npz", frames)
-    save_npz(out / "references.npz", references)
-    save_npz(out / "testcase.npz", testcase)
-    save_npz(out / "constants.npz", dict(traced.plan.constants))
     plan = traced.plan
-    return {
+    save_npz(out / "constants.npz", dict(plan.constants))
+    manifest: dict[str, Any] = {
         "policy": traced.policy,
         "seed": traced.seed,
         "checkpoint": traced.checkpoint,
@@ -108,10 +91,61 @@ def write_trace(traced: TracedPolicy, out: Path, log: EventLog) -> dict[str, Any
             "outputs": list(plan.outputs),
             "constants": sorted(plan.constants),
         },
-        "frames": FRAMES,
-        "checks": {"exported_vs_eager_max_abs": export_diff, "plan_vs_policy_max_abs": chunk_diff},
-        "reference_seconds": time.monotonic() - start,
+        "frames": 0,
+        "frames_wanted": frames_wanted,
+        "checks": {},
     }
+    frames: dict[str, torch.Tensor] = {}
+    references: dict[str, torch.Tensor] = {}
+    start = time.monotonic()
+    with torch.no_grad():
+        for i in range(frames_wanted):
+            record: list[tuple[Call, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]] = []
+            frame = traced.make_frame(i)
+            outputs = plan.run(traced.eager, frame, record=record)
+            frames.update({f"{i}/{k}": v for k, v in frame.items()})
+            references.update({f"{i}/{k}": v for k, v in outputs.items()})
+            if i == 0:
+                save_npz(out / "testcase.npz", _testcase(record))
+            save_npz(out / "frames.npz", frames)
+            save_npz(out / "references.npz", references)
+            manifest["frames"] = i + 1
+            manifest["reference_seconds"] = time.monotonic() - start
+            _write_manifest(out, manifest)
+            log.emit("frame", index=i, seconds=time.monotonic() - start)
+            if i == 0:
+                log.emit("phase", phase="reference")
+                manifest["checks"] = _checks(traced, frame, {k: references[f"0/{k}"] for k in plan.outputs})
+                _write_manifest(out, manifest)
+    return manifest
+
+
+def _testcase(
+    record: list[tuple[Call, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]],
+) -> dict[str, torch.Tensor]:
+    """Each program's inputs and outputs at its first call in frame 0."""
+    testcase: dict[str, torch.Tensor] = {}
+    for call, call_inputs, call_outputs in record:
+        if any(key.startswith(f"{call.program}/") for key in testcase):
+            continue
+        testcase.update({f"{call.program}/in/{j}": t for j, t in enumerate(call_inputs)})
+        testcase.update({f"{call.program}/out/{j}": t for j, t in enumerate(call_outputs)})
+    return testcase
+
+
+def _checks(
+    traced: TracedPolicy, frame0: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]
+) -> dict[str, float | None]:
+    """The exported programs against eager on frame 0, and the plan against the policy's own API."""
+    exported = {p.name: p.exported.module() for p in traced.programs}
+    checks: dict[str, float | None] = {
+        "exported_vs_eager_max_abs": max_abs_diff(traced.plan.run(exported, frame0), reference),
+        "plan_vs_policy_max_abs": None,
+    }
+    if traced.eager_chunk is not None:
+        chunk = traced.eager_chunk(frame0)
+        checks["plan_vs_policy_max_abs"] = max_abs_diff(chunk, {k: reference[k] for k in chunk})
+    return checks
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -119,6 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--policy", required=True)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--checkpoint", type=Path)
+    parser.add_argument("--frames", type=int, default=FRAMES)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--events", type=Path, required=True)
     args = parser.parse_args(argv)
@@ -130,9 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         start = time.monotonic()
         traced = get_adapter(args.policy)(seed=args.seed, checkpoint=args.checkpoint)
         log.emit("traced", seconds=time.monotonic() - start, programs=[p.name for p in traced.programs])
-        manifest = write_trace(traced, args.out, log)
-        manifest["trace_seconds"] = time.monotonic() - start
-        (args.out / TRACE_MANIFEST).write_text(json.dumps(manifest, indent=2, default=str))
+        write_trace(traced, args.out, log, args.frames)
         log.emit("done", failed=False)
         return 0
     except Exception as error:

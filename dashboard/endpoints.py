@@ -1,0 +1,122 @@
+"""HTTP for the grid: HTML pages, the heatmap SVG and the live fragments the page script swaps in.
+
+Every page reads through the same service functions as the REST API (orchestrator.sweeps.service and
+its public views), so the grid can never show something the API does not.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import jinja2
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from fastapi.templating import Jinja2Templates
+
+from coverfarm import tracker
+from dashboard import views
+from dashboard.heatmap import heatmap
+from orchestrator.deps import SessionDep
+from orchestrator.models import utcnow
+from orchestrator.sweeps import service
+
+HERE = Path(__file__).resolve().parent
+STATIC = {"grid.js": "text/javascript", "style.css": "text/css"}
+PAGE_SIZE = 50
+
+# Autoescape everything, the SVG template included (select_autoescape would skip ".svg").
+_env = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, undefined=jinja2.StrictUndefined
+)
+_env.globals.update(
+    tracker=tracker,
+    backend_columns=views.backend_columns,
+    share_colour=views.share_colour,
+    compact=views.compact,
+    duration=views.duration_text,
+    NO_DEVICE=views.NO_DEVICE,
+)
+templates = Jinja2Templates(env=_env)
+
+router = APIRouter(tags=["dashboard"], include_in_schema=False)
+
+
+def _macros() -> Any:
+    return _env.get_template("macros.html").make_module({"now": utcnow()})
+
+
+def _grid_context(session: SessionDep, sweep_id: int) -> dict[str, Any]:
+    sweep = service.sweep_view(service.get(session, sweep_id))
+    grid = views.grid(sweep)
+    return {"sweep": sweep, "grid": grid, "heatmap": heatmap(grid), "progress": views.progress(sweep)}
+
+
+@router.get("/", response_class=HTMLResponse)
+def index(request: Request, session: SessionDep, offset: Annotated[int, Query(ge=0)] = 0) -> HTMLResponse:
+    sweeps = service.list_(session, PAGE_SIZE + 1, offset)
+    return templates.TemplateResponse(
+        request,
+        "index.html",
+        {
+            "sweeps": [(sweep, views.progress(sweep)) for sweep in sweeps[:PAGE_SIZE]],
+            "offset": offset,
+            "more": len(sweeps) > PAGE_SIZE,
+            "page_size": PAGE_SIZE,
+            "now": utcnow(),
+        },
+    )
+
+
+@router.get("/sweeps/{sweep_id}", response_class=HTMLResponse)
+def sweep_grid(request: Request, sweep_id: int, session: SessionDep) -> HTMLResponse:
+    context = _grid_context(session, sweep_id)
+    return templates.TemplateResponse(request, "grid.html", {**context, "now": utcnow()})
+
+
+@router.get("/sweeps/{sweep_id}/heatmap.svg")
+def sweep_heatmap(sweep_id: int, session: SessionDep) -> Response:
+    context = _grid_context(session, sweep_id)
+    svg = _env.get_template("heatmap.svg").render(map=context["heatmap"], standalone=True)
+    return Response(svg, media_type="image/svg+xml")
+
+
+@router.get("/sweeps/{sweep_id}/live.json")
+def sweep_live(sweep_id: int, session: SessionDep) -> JSONResponse:
+    """What the page swaps in when events arrive or the stream comes back: each cell's columns as
+    the grid renders them, the progress count and the heatmap, all rendered here by the same
+    templates as the page (the script formats nothing itself)."""
+    context = _grid_context(session, sweep_id)
+    macros = _macros()
+    sweep = context["sweep"]
+    return JSONResponse(
+        {
+            "id": sweep.id,
+            "state": sweep.state,
+            "now": utcnow().isoformat(),
+            "cells": {str(cell.id): str(macros.cell_columns(cell)) for cell in context["grid"].cells},
+            "progress": str(macros.progress_bar(context["progress"])),
+            "heatmap": _env.get_template("heatmap.svg").render(map=context["heatmap"], standalone=False),
+        },
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+@router.get("/cells/{cell_id}", response_class=HTMLResponse)
+def cell_details(
+    request: Request,
+    cell_id: int,
+    session: SessionDep,
+    partial: Annotated[bool, Query(description="only the details, for the grid's panel")] = False,
+) -> HTMLResponse:
+    details = views.details(service.cell_view(service.get_cell(session, cell_id)))
+    page = "details.html" if partial else "cell.html"
+    return templates.TemplateResponse(request, page, {"d": details, "now": utcnow()})
+
+
+@router.get("/dashboard/static/{name}")
+def static(name: str) -> FileResponse:
+    if name not in STATIC:
+        raise HTTPException(404, detail=f"no static file {name!r}")
+    headers = {"Cache-Control": "no-cache"}
+    return FileResponse(HERE / "static" / name, media_type=STATIC[name], headers=headers)

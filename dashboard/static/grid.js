@@ -1,0 +1,258 @@
+// The live grid: listens to the sweep's event stream (EventSource) and swaps in the cells the server
+// renders. It formats nothing itself: every cell's text comes from /sweeps/{id}/live.json, rendered
+// by the same templates as the page. There is no polling loop; the only timer counts the ⏳ clocks.
+(function () {
+  "use strict";
+  document.documentElement.classList.add("js");
+  var root = document.getElementById("sweep");
+  if (!root) return;
+
+  var liveUrl = root.dataset.liveUrl;
+  var eventsUrl = root.dataset.eventsUrl;
+  var status = document.getElementById("live");
+  var panel = document.getElementById("panel");
+  var panelBody = document.getElementById("panel-body");
+  var openCell = null; // the cell whose details are in the panel
+  var openedFrom = null; // the link that opened it, focused again on close
+  var rendered = {}; // cell id -> the HTML last swapped in
+  var clockOffset = Date.parse(root.dataset.now) - Date.now(); // server time minus browser time
+  var source = null;
+  var retryMs = 1000;
+  var refreshing = null;
+  var again = false;
+
+  function setStatus(state, text) {
+    status.dataset.state = state;
+    status.innerHTML = "";
+    status.appendChild(document.createTextNode(text));
+  }
+
+  // --- the event stream -------------------------------------------------------------------------
+  function connect() {
+    source = new EventSource(eventsUrl);
+    source.onopen = function () {
+      retryMs = 1000;
+      setStatus("live", "live");
+      // Whatever changed before this stream opened (page load, or the server was away): resync once.
+      refresh();
+    };
+    source.onerror = function () {
+      setStatus("reconnecting", "reconnecting…");
+      if (source.readyState === EventSource.CLOSED) {
+        // The browser gave up (e.g. a 5xx while the server restarts): open a new stream ourselves.
+        source.close();
+        setTimeout(connect, retryMs);
+        retryMs = Math.min(retryMs * 2, 10000);
+      }
+    };
+    source.addEventListener("job", refresh);
+    source.addEventListener("sweep", refresh);
+  }
+
+  // One fetch at a time; events that arrive during it are folded into one more fetch after it.
+  function refresh() {
+    if (refreshing) {
+      again = true;
+      return refreshing;
+    }
+    refreshing = fetch(liveUrl, { cache: "no-store", headers: { Accept: "application/json" } })
+      .then(function (response) {
+        if (!response.ok) throw new Error("live.json: " + response.status);
+        return response.json();
+      })
+      .then(apply)
+      .catch(function () {
+        // The server is away: the stream reports it too, and resyncs when it opens again.
+      })
+      .then(function () {
+        refreshing = null;
+        if (again) {
+          again = false;
+          refresh();
+        }
+      });
+    return refreshing;
+  }
+
+  function apply(data) {
+    clockOffset = Date.parse(data.now) - Date.now();
+    Object.keys(data.cells).forEach(function (id) {
+      var html = data.cells[id];
+      if (rendered[id] === html) return;
+      rendered[id] = html;
+      if (replaceCell(id, html) && openCell === id) loadDetails(id, false);
+    });
+    swap("progress", data.progress);
+    swap("heatmap", data.heatmap);
+    var badge = document.getElementById("sweep-state");
+    if (badge && badge.textContent !== data.state) {
+      badge.textContent = data.state;
+      badge.className = "badge " + data.state;
+    }
+    root.dataset.synced = String(Date.now());
+    tick();
+  }
+
+  function swap(id, html) {
+    var node = document.getElementById(id);
+    if (node && node.innerHTML !== html) node.innerHTML = html;
+  }
+
+  function replaceCell(id, html) {
+    var old = document.querySelectorAll('td[data-cell="' + id + '"]');
+    if (!old.length) return false;
+    var template = document.createElement("template");
+    template.innerHTML = html;
+    var fresh = Array.prototype.slice.call(template.content.children);
+    if (fresh.length === old.length && sameCell(old, fresh)) return false;
+    var hadFocus = old[0].contains(document.activeElement);
+    var selected = old[0].classList.contains("selected");
+    var parent = old[0].parentNode;
+    fresh.forEach(function (td) {
+      parent.insertBefore(td, old[0]);
+      if (selected) td.classList.add("selected");
+      td.classList.add("flash");
+    });
+    Array.prototype.forEach.call(old, function (td) {
+      td.remove();
+    });
+    if (hadFocus) fresh[0].querySelector("a").focus();
+    return true;
+  }
+
+  // Equal but for the ⏳ clocks' text (which the page itself advances) and the page's own classes.
+  function sameCell(old, fresh) {
+    for (var i = 0; i < old.length; i++) {
+      if (comparable(old[i]) !== comparable(fresh[i])) return false;
+    }
+    return true;
+  }
+
+  function comparable(td) {
+    var copy = td.cloneNode(true);
+    copy.classList.remove("selected", "flash");
+    copy.querySelectorAll("time[data-since]").forEach(function (node) {
+      node.textContent = "";
+    });
+    return copy.outerHTML;
+  }
+
+  // --- ⏳ clocks ------------------------------------------------------------------------------------
+  function duration(seconds) {
+    seconds = Math.max(0, Math.floor(seconds));
+    if (seconds < 60) return seconds + "s";
+    var pad = function (n) {
+      return (n < 10 ? "0" : "") + n;
+    };
+    if (seconds < 3600) return Math.floor(seconds / 60) + "m " + pad(seconds % 60) + "s";
+    return Math.floor(seconds / 3600) + "h " + pad(Math.floor((seconds % 3600) / 60)) + "m";
+  }
+
+  function tick() {
+    var now = Date.now() + clockOffset;
+    document.querySelectorAll("time[data-since]").forEach(function (node) {
+      var text = duration((now - Date.parse(node.dataset.since)) / 1000);
+      if (node.textContent !== text) node.textContent = text;
+    });
+  }
+
+  // --- details in the panel -----------------------------------------------------------------------
+  function loadDetails(id, focus) {
+    return fetch("/cells/" + id + "?partial=1", { cache: "no-store" })
+      .then(function (response) {
+        if (!response.ok) throw new Error("details: " + response.status);
+        return response.text();
+      })
+      .then(function (html) {
+        if (openCell !== id) return;
+        panelBody.innerHTML = html;
+        tick();
+        if (focus) panel.focus();
+      });
+  }
+
+  function select(id) {
+    document.querySelectorAll("td.selected").forEach(function (td) {
+      td.classList.remove("selected");
+    });
+    if (id === null) return;
+    document.querySelectorAll('td[data-cell="' + id + '"]').forEach(function (td) {
+      td.classList.add("selected");
+    });
+  }
+
+  function openDetails(id, from) {
+    openCell = id;
+    openedFrom = from;
+    select(id);
+    panel.hidden = false;
+    panel.setAttribute("aria-busy", "true");
+    loadDetails(id, true)
+      .catch(function () {
+        window.location.href = "/cells/" + id; // the page of its own always works
+      })
+      .then(function () {
+        panel.removeAttribute("aria-busy");
+      });
+  }
+
+  function closeDetails() {
+    if (openCell === null) return;
+    var id = openCell;
+    openCell = null;
+    panel.hidden = true;
+    panelBody.innerHTML = "";
+    select(null);
+    var link = document.querySelector('td[data-cell="' + id + '"] a.cell') || openedFrom;
+    if (link) link.focus();
+  }
+
+  document.getElementById("panel-close").addEventListener("click", closeDetails);
+
+  root.addEventListener("click", function (event) {
+    var link = event.target.closest("a[data-cell-link]");
+    if (!link || event.ctrlKey || event.metaKey || event.shiftKey || event.button !== 0) return;
+    event.preventDefault();
+    openDetails(link.dataset.cellLink, link);
+  });
+
+  // The heatmap's squares are links to the same cells.
+  document.getElementById("heatmap").addEventListener("click", function (event) {
+    var link = event.target.closest("a");
+    if (!link || event.ctrlKey || event.metaKey || event.shiftKey) return;
+    var match = /\/cells\/(\d+)$/.exec(link.getAttribute("href") || "");
+    if (!match) return;
+    event.preventDefault();
+    openDetails(match[1], link);
+  });
+
+  // --- keyboard: arrows move between cells (one tab stop per cell), Escape closes the panel ---------
+  document.addEventListener("keydown", function (event) {
+    if (event.key === "Escape" && openCell !== null) {
+      event.preventDefault();
+      closeDetails();
+      return;
+    }
+    var link = document.activeElement;
+    if (!link || !link.matches || !link.matches("#grid a.cell")) return;
+    var moves = { ArrowLeft: [0, -1], ArrowRight: [0, 1], ArrowUp: [-1, 0], ArrowDown: [1, 0] };
+    var move = moves[event.key];
+    if (!move) return;
+    var row = link.closest("tr");
+    var rows = Array.prototype.slice.call(row.parentNode.rows);
+    var links = Array.prototype.slice.call(row.querySelectorAll("a.cell"));
+    var r = rows.indexOf(row) + move[0];
+    var c = links.indexOf(link) + move[1];
+    if (r < 0 || r >= rows.length) return;
+    var target = rows[r].querySelectorAll("a.cell")[Math.max(0, c)];
+    if (target) {
+      event.preventDefault();
+      target.focus();
+    }
+  });
+
+  setStatus("reconnecting", "connecting…");
+  connect();
+  tick();
+  setInterval(tick, 1000);
+})();

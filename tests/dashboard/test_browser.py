@@ -1,0 +1,318 @@
+"""The grid in headless Chromium, against a real ``coverfarm serve`` and a real ``coverfarm worker``
+(running the gated stand-in engine, tests/dashboard/gated_engine.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+from browsertools import (
+    LAPTOP,
+    Gates,
+    Orchestrator,
+    cell_texts,
+    chromium,
+    save_screenshot,
+    wait_until,
+)
+from dashtools import (
+    TRACKER_POLICIES,
+    export_failed,
+    export_slow,
+    fail,
+    finished,
+    partition_slow,
+    start,
+    store,
+)
+from farmtools import wait_for
+from sqlalchemy.orm import Session, sessionmaker
+
+from coverfarm.result import Blocker
+from coverfarm.settings import Settings
+
+if TYPE_CHECKING:
+    from selenium.webdriver.remote.webdriver import WebDriver
+
+ACT_ROW = ["90 / 100 (90%)", "80%", "3", "✓", "no device"]
+
+
+def submit(api: httpx.Client, policies: list[str], backends: list[str]) -> Any:
+    response = api.post("/api/sweeps", json={"policies": policies, "backends": backends})
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def cell_id(sweep: dict[str, Any], policy: str, backend: str) -> int:
+    return next(c["id"] for c in sweep["cells"] if (c["policy"], c["backend"]) == (policy, backend))
+
+
+def state_of(driver: WebDriver, cell: int) -> str | None:
+    state: str | None = driver.execute_script(
+        "var td = document.querySelector('td[data-cell=\"' + arguments[0] + '\"]');"
+        "return td && td.dataset.state;",
+        cell,
+    )
+    return state
+
+
+def watch_cell(driver: WebDriver, cell: int) -> None:
+    """Record (in the page) when the cell's first column first shows something other than ⏳."""
+    driver.execute_script(
+        """
+        var id = arguments[0];
+        window.__reloaded = false;
+        window.__changedAt = null;
+        new MutationObserver(function () {
+          var td = document.querySelector('td[data-cell="' + id + '"]');
+          var done = td && td.textContent.indexOf('⏳') < 0;
+          if (done && window.__changedAt === null) window.__changedAt = Date.now();
+        }).observe(document.getElementById('grid'), {childList: true, subtree: true});
+        """,
+        cell,
+    )
+
+
+def test_cell_goes_from_pending_to_its_numbers_without_a_reload(
+    browser: WebDriver,
+    orchestrator: Orchestrator,
+    api: httpx.Client,
+    worker: subprocess.Popen[bytes],
+    gates: Gates,
+) -> None:
+    sweep = submit(api, ["act", "pi05"], ["vulkan"])
+    act = cell_id(sweep, "act", "vulkan")
+    browser.get(f"{orchestrator.url}/sweeps/{sweep['id']}")
+    wait_until(browser, "return document.getElementById('live').dataset.state === 'live'", 10, "the stream")
+    # The worker takes the first cell and waits at its gate: the grid shows it running, with its clock.
+    wait_for(lambda: state_of(browser, act) == "running", 15, "the act cell to show running")
+    first = cell_texts(browser, act)[0]
+    assert first.startswith("⏳ running ") and first.endswith("s"), first
+    time.sleep(1.2)
+    assert cell_texts(browser, act)[0] != first, "the ⏳ clock does not count"
+    save_screenshot(browser, "grid-live-running")
+
+    watch_cell(browser, act)
+    gates.open("act", "vulkan")
+    wait_until(browser, "return window.__changedAt !== null", 15, "the act cell to show its numbers")
+    assert cell_texts(browser, act) == ACT_ROW
+    assert browser.execute_script("return window.__reloaded") is False  # the same page, not a reload
+
+    # Within a second of its result being stored (the job's finish is stamped in the same transaction).
+    cell = api.get(f"/api/cells/{act}").json()
+    stored = datetime.fromisoformat(cell["jobs"][0]["finished_at"]).timestamp()
+    shown = browser.execute_script("return window.__changedAt") / 1000
+    print(f"cell shown {shown - stored:.3f} s after its result was stored")
+    assert shown - stored < 1.0, f"the cell took {shown - stored:.2f} s to show"
+
+    # pi05's engine raises: ❌ everywhere, without a reload either.
+    gates.open("pi05", "vulkan")
+    pi05 = cell_id(sweep, "pi05", "vulkan")
+    wait_for(lambda: state_of(browser, pi05) == "failed", 15, "pi05 to show failed")
+    assert cell_texts(browser, pi05) == ["❌", "❌", "❌", "❌", "-"]
+    assert browser.execute_script("return window.__reloaded") is False
+
+
+def test_details_open_from_the_keyboard_and_show_the_blockers(
+    browser: WebDriver,
+    orchestrator: Orchestrator,
+    api: httpx.Client,
+    worker: subprocess.Popen[bytes],
+    gates: Gates,
+) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    gates.open_all()
+    sweep = submit(api, ["act", "diffusion"], ["vulkan"])
+    diffusion = cell_id(sweep, "diffusion", "vulkan")
+    wait_for(lambda: api.get(f"/api/sweeps/{sweep['id']}").json()["state"] == "done", 20, "the sweep")
+    browser.get(f"{orchestrator.url}/sweeps/{sweep['id']}")
+
+    # Tab stops are the cells' first columns; arrow keys move between cells; Enter opens the details.
+    browser.execute_script("document.querySelector('#grid a.cell').focus()")
+    ActionChains(browser).send_keys(Keys.ARROW_DOWN).perform()
+    focused = browser.execute_script("return document.activeElement.dataset.cellLink")
+    assert focused == str(diffusion)
+    ActionChains(browser).send_keys(Keys.ENTER).perform()
+    wait_until(browser, "return document.querySelector('#panel-body .blockers') !== null", 10, "the details")
+    panel = browser.execute_script("return document.getElementById('panel-body').innerText")
+    assert "LEFT ON THE CPU" in panel.upper()
+    assert "aten.convolution.default\top args not supported\t2\t150\t15%" in panel
+    assert "aten.elu.default\tno operator implementation\t8\t0\t0%" in panel
+    assert "predict_action_chunk" in panel
+    assert browser.execute_script("return document.activeElement.id") == "panel"
+    save_screenshot(browser, "grid-details-panel")
+    ActionChains(browser).send_keys(Keys.ESCAPE).perform()
+    assert browser.execute_script("return document.getElementById('panel').hidden") is True
+    assert browser.execute_script("return document.activeElement.dataset.cellLink") == str(diffusion)
+
+
+def test_stream_reconnects_and_resyncs_after_the_orchestrator_restarts(
+    browser: WebDriver,
+    orchestrator: Orchestrator,
+    api: httpx.Client,
+    worker: subprocess.Popen[bytes],
+    gates: Gates,
+    live_sessions: sessionmaker[Session],
+) -> None:
+    sweep = submit(api, ["diffusion"], ["xnnpack"])
+    cell = cell_id(sweep, "diffusion", "xnnpack")
+    browser.get(f"{orchestrator.url}/sweeps/{sweep['id']}")
+    wait_for(lambda: state_of(browser, cell) == "running", 15, "the cell to show running")
+    wait_until(browser, "return document.getElementById('live').dataset.state === 'live'", 10, "the stream")
+    browser.execute_script("window.__reloaded = false")
+
+    orchestrator.stop()
+    wait_until(
+        browser, "return document.getElementById('live').dataset.state === 'reconnecting'", 15, "the drop"
+    )
+    # The result is stored while no orchestrator runs: no event reaches the page, only the resync can.
+    gates.open("diffusion", "xnnpack")
+    wait_for(lambda: _job_status(live_sessions, sweep) == "ok", 20, "the worker to store the result")
+    assert state_of(browser, cell) == "running"
+
+    orchestrator.start()
+    wait_for(lambda: state_of(browser, cell) == "ok", 20, "the grid to resync after the restart")
+    assert cell_texts(browser, cell) == ACT_ROW
+    assert browser.execute_script("return window.__reloaded") is False
+    wait_until(browser, "return document.getElementById('live').dataset.state === 'live'", 10, "the stream")
+    assert "1 done" in browser.execute_script("return document.getElementById('progress').innerText")
+
+
+def _job_status(sessions: sessionmaker[Session], sweep: dict[str, Any]) -> str:
+    from orchestrator.models import Job
+
+    with sessions() as session:
+        job = session.get(Job, sweep["cells"][0]["jobs"][0]["id"])
+        return job.status.value if job is not None else "gone"
+
+
+def _tracker_like_sweep(api: httpx.Client, sessions: sessionmaker[Session], settings: Settings) -> Any:
+    """25 policies × 2 backends mid-sweep, its numbers taken from the tracker issue's Vulkan table."""
+    sweep = submit(api, TRACKER_POLICIES, ["vulkan", "xnnpack"])
+    jobs = {(c["policy"], c["backend"]): c["jobs"][0]["id"] for c in sweep["cells"]}
+    convs = [
+        Blocker(op="aten.convolution.default", reason="op args not supported", count=6, macs=770),
+        Blocker(op="aten.native_group_norm.default", reason="no operator implementation", count=4, macs=0),
+    ]
+    rows: dict[str, Any] = {
+        "act": finished("act", "vulkan", (1556, 1561), (1000, 1000), 3),
+        "diffusion": finished("diffusion", "vulkan", (534, 619), (940, 1000), 50),
+        "evo1": export_slow("evo1", "vulkan", (13904, 16601), (260, 1000), 61),
+        "fineart_vla": export_slow("fineart_vla", "vulkan", (21670, 21704), (1000, 1000), 6),
+        "gaussian_actor": finished("gaussian_actor", "vulkan", (114, 127), (1000, 1000), 5),
+        "lawam": partition_slow("lawam", "vulkan", (15409, 18124), (440, 1000), 198),
+        "multi_task_dit": finished("multi_task_dit", "vulkan", (1460, 1463), (1000, 1000), 5),
+        "pi0": finished("pi0", "vulkan", (5624, 5654), (1000, 1000), 17),
+        "pi05": export_failed("pi05", "vulkan"),
+        "pi0_fast": finished("pi0_fast", "vulkan", (9059, 9082), (1000, 1000), 11),
+        "smolvla": finished("smolvla", "vulkan", (2933, 7163), (160, 1000), 209),
+        "tdmpc": finished("tdmpc", "vulkan", (5477, 5895), (1000, 1000), 140),
+        "vla_jepa": export_slow("vla_jepa", "vulkan", (7049, 10817), (60, 1000), 191),
+        "vqbet": finished("vqbet", "vulkan", (567, 594), (230, 1000), 22, convs),
+        "xvla": export_slow("xvla", "vulkan", (16565, 16643), (990, 1000), 61),
+    }
+    for policy, doc in rows.items():
+        store(sessions, settings, jobs[policy, "vulkan"], doc)
+    for policy in ("act", "diffusion", "gaussian_actor", "tdmpc", "vqbet", "multi_task_dit"):
+        doc = finished(policy, "xnnpack", (600, 610), (995, 1000), 4)
+        store(sessions, settings, jobs[policy, "xnnpack"], doc)
+    fail(sessions, settings, jobs["groot", "vulkan"], "Traceback (most recent call last):\nMemoryError")
+    for key in (("dm05", "vulkan"), ("eo1", "vulkan"), ("pi0", "xnnpack")):
+        start(sessions, settings, jobs[key])
+    return sweep
+
+
+def test_grid_of_25_policies_fits_a_laptop_with_screenshots(
+    browser: WebDriver,
+    orchestrator: Orchestrator,
+    api: httpx.Client,
+    live_sessions: sessionmaker[Session],
+    live_settings: Settings,
+) -> None:
+    # No worker: this test plays the worker itself, so the cells it leaves ⏳ stay that way.
+    sweep = _tracker_like_sweep(api, live_sessions, live_settings)
+    try:
+        browser.get(f"{orchestrator.url}/")
+        assert f"#{sweep['id']}" in browser.find_element("css selector", "table.sweeps").text
+        save_screenshot(browser, "index")
+
+        browser.get(f"{orchestrator.url}/sweeps/{sweep['id']}")
+        wait_until(
+            browser, "return document.getElementById('live').dataset.state === 'live'", 10, "the stream"
+        )
+        wait_until(browser, "return document.getElementById('sweep').dataset.synced", 10, "the first resync")
+        time.sleep(1.3)  # let the flash of the first sync fade out of the picture
+        box = browser.execute_script(
+            "var t = document.getElementById('grid').getBoundingClientRect();"
+            "var r = document.querySelector('#grid tbody tr:last-child').getBoundingClientRect();"
+            "var h = document.querySelector('.heatmap').getBoundingClientRect();"
+            "return [Math.max(t.right, h.right), r.bottom];"
+        )
+        assert box[0] <= LAPTOP[0], f"the grid and heatmap end at {box[0]:.0f} px"
+        viewport = browser.execute_script("return [window.innerWidth, window.innerHeight]")
+        assert box[1] <= viewport[1], f"the last row ends at {box[1]:.0f} px of {viewport[1]}"
+        save_screenshot(browser, "grid-mid-sweep")
+        # No polling loop: with no event on the stream, the page asks the server for nothing.
+        fetches = "return performance.getEntriesByType('resource').filter(e => /live/.test(e.name)).length"
+        before = browser.execute_script(fetches)
+        time.sleep(2.5)
+        assert browser.execute_script(fetches) == before
+        texts = cell_texts(browser, cell_id(sweep, "act", "vulkan"))
+        assert texts == ["1556 / 1561 (100%)", "100%", "3", "✓", "no device"]
+        assert cell_texts(browser, cell_id(sweep, "lawam", "vulkan"))[2] == "? (198 groups)"
+
+        vqbet = cell_id(sweep, "vqbet", "vulkan")
+        browser.find_element("css selector", f'a.cell[data-cell-link="{vqbet}"]').click()
+        wait_until(
+            browser, "return document.querySelector('#panel-body .blockers') !== null", 10, "the panel"
+        )
+        save_screenshot(browser, "grid-cell-details")
+        browser.get(f"{orchestrator.url}/cells/{vqbet}")
+        assert "aten.convolution.default" in browser.find_element("css selector", "table.blockers").text
+        save_screenshot(browser, "cell-details-page", full_height=True)
+        browser.get(f"{orchestrator.url}/cells/{cell_id(sweep, 'pi05', 'vulkan')}")
+        assert "trace: KeyError" in browser.find_element("css selector", ".cause").text
+        save_screenshot(browser, "cell-details-failed")
+    finally:
+        api.post(f"/api/sweeps/{sweep['id']}/cancel")
+
+
+def static_texts(driver: WebDriver, cell: int) -> list[str]:
+    return [
+        " ".join(td.text.split()) for td in driver.find_elements("css selector", f'td[data-cell="{cell}"]')
+    ]
+
+
+def test_page_is_a_static_snapshot_with_javascript_off(
+    orchestrator: Orchestrator,
+    api: httpx.Client,
+    live_sessions: sessionmaker[Session],
+    live_settings: Settings,
+    tmp_path: Path,
+) -> None:
+    sweep = submit(api, ["act", "vqbet"], ["vulkan"])
+    act = cell_id(sweep, "act", "vulkan")
+    store(live_sessions, live_settings, sweep["cells"][0]["jobs"][0]["id"], finished("act", "vulkan"))
+    driver = chromium(javascript=False)
+    try:
+        driver.get(f"{orchestrator.url}/sweeps/{sweep['id']}")
+        # The page's script never ran: it would have marked the document and opened the stream.
+        assert "js" not in (driver.find_element("tag name", "html").get_attribute("class") or "")
+        assert static_texts(driver, act) == ACT_ROW
+        assert static_texts(driver, cell_id(sweep, "vqbet", "vulkan"))[0] == "⏳ queued"
+        assert "static snapshot" in driver.find_element("id", "live").text
+        assert driver.find_element("css selector", "#heatmap svg").is_displayed()
+        save_screenshot(driver, "grid-javascript-off")
+        # Without the script, a cell is a plain link to its details page.
+        driver.find_element("css selector", f'a.cell[data-cell-link="{act}"]').click()
+        assert driver.current_url.endswith(f"/cells/{act}")
+        assert "aten.elu.default" in driver.find_element("css selector", "table.blockers").text
+    finally:
+        driver.quit()
+        api.post(f"/api/sweeps/{sweep['id']}/cancel")

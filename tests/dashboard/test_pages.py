@@ -1,0 +1,259 @@
+"""The grid's pages rendered from stored results, against a real migrated Postgres."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from typing import Any
+
+from dashtools import (
+    export_failed,
+    export_slow,
+    fail,
+    finished,
+    grid_cell_attrs,
+    grid_cells,
+    partition_slow,
+    start,
+    store,
+    text_of,
+)
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session, sessionmaker
+
+from coverfarm import tracker
+from coverfarm.result import Blocker
+from coverfarm.settings import Settings
+
+ACT_ROW = ["90 / 100 (90%)", "80%", "3", "✓", "no device"]
+
+
+def submit(client: TestClient, admin: dict[str, str], policies: list[str], backends: list[str]) -> Any:
+    response = client.post("/api/sweeps", json={"policies": policies, "backends": backends}, headers=admin)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def cell_of(sweep: dict[str, Any], policy: str, backend: str) -> dict[str, Any]:
+    return next(c for c in sweep["cells"] if (c["policy"], c["backend"]) == (policy, backend))
+
+
+def job_of(sweep: dict[str, Any], policy: str, backend: str) -> int:
+    job_id: int = cell_of(sweep, policy, backend)["jobs"][0]["id"]
+    return job_id
+
+
+def test_grid_shows_the_trackers_cells_for_every_state(
+    client: TestClient, admin: dict[str, str], sessions: sessionmaker[Session], settings: Settings
+) -> None:
+    policies = ["act", "tdmpc", "evo1", "pi05", "vqbet", "smolvla", "diffusion"]
+    sweep = submit(client, admin, policies, ["vulkan", "xnnpack"])
+    for doc in (
+        finished("act", "vulkan", (1556, 1561), (999, 1000), 3),
+        partition_slow("tdmpc", "vulkan", (5477, 5895), (100, 100), 41),
+        export_slow("evo1", "vulkan", (13904, 16601), (26, 100), 61),
+        export_failed("pi05", "vulkan"),
+    ):
+        store(sessions, settings, job_of(sweep, doc.policy, "vulkan"), doc)
+    fail(sessions, settings, job_of(sweep, "vqbet", "vulkan"), "Traceback ...\nRuntimeError: engine crashed")
+    start(sessions, settings, job_of(sweep, "smolvla", "vulkan"))
+
+    response = client.get(f"/sweeps/{sweep['id']}")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/html")
+    cells = grid_cells(response.text)
+    by = {(c["policy"], c["backend"]): cells[c["id"]] for c in sweep["cells"]}
+
+    assert by["act", "vulkan"] == ["1556 / 1561 (100%)", "100%", "3", "✓", "no device"]
+    # Partitioning ran out of time: bounds and groups, never a partition count.
+    assert by["tdmpc", "vulkan"] == ["≤ 5477 / 5895 (93%)", "≤ 100%", "? (41 groups)", "slow ⏳", "-"]
+    # Export ran out of its bound, and its longer re-run is queued: the numbers stand, ⏳ on the export.
+    assert by["evo1", "vulkan"] == ["13904 / 16601 (84%)", "26%", "61", "slow ⏳", "-"]
+    assert by["pi05", "vulkan"] == ["❌", "❌", "❌", "❌", "-"]
+    assert by["vqbet", "vulkan"] == ["❌", "❌", "❌", "❌", "-"]
+    running = by["smolvla", "vulkan"]
+    assert running[0].startswith("⏳ running ") and running[0].endswith("s")
+    assert running[1:] == ["⏳", "⏳", "⏳", "⏳"]
+    assert by["diffusion", "xnnpack"] == ["⏳ queued", "⏳", "⏳", "⏳", "⏳"]
+
+    # The texts are the tracker's own formats, taken from the same documents.
+    report = client.get(f"/api/sweeps/{sweep['id']}/report.md").text
+    assert "| act | 1556 / 1561 (100%) | 100% | 3 | ✓ |" in report
+    assert "| evo1 | 13904 / 16601 (84%) | 26% | 61 | slow ⏳ |" in report
+
+    attrs = grid_cell_attrs(response.text)
+    vqbet = attrs[cell_of(sweep, "vqbet", "vulkan")["id"]]
+    assert vqbet[0]["data-state"] == "failed"
+    assert 'title="RuntimeError: engine crashed"' in response.text
+    # A running cell carries the clock the page counts up from; the state drives the colour class.
+    smolvla = cell_of(sweep, "smolvla", "vulkan")
+    assert attrs[smolvla["id"]][0]["data-state"] == "running"
+    assert "data-since=" in response.text
+    assert "c ok" in (attrs[cell_of(sweep, "act", "vulkan")["id"]][3]["class"] or "")
+
+    page = text_of(response.text)
+    assert "1 done 1 running 8 queued 2 slow 2 failed" in page
+    for column in (
+        "Ops on Vulkan",
+        "Heavy math on Vulkan",
+        "Vulkan programs",
+        "Exports to .pte",
+        "Device runs",
+    ):
+        assert column in page
+    assert "Ops on XNNPACK" in page
+    # One tab stop per cell (its first column), every column a link to the details page.
+    first_links = response.text.count('class="cell" href="/cells/')
+    assert first_links == len(sweep["cells"])
+    assert response.text.count('tabindex="-1" aria-hidden="true"') == 4 * len(sweep["cells"])
+    assert '<script src="/dashboard/static/grid.js" defer></script>' in response.text
+
+
+def test_live_json_renders_the_same_cells_and_follows_changes(
+    client: TestClient, admin: dict[str, str], sessions: sessionmaker[Session], settings: Settings
+) -> None:
+    sweep = submit(client, admin, ["act", "vqbet"], ["vulkan"])
+    page = client.get(f"/sweeps/{sweep['id']}").text
+    live = client.get(f"/sweeps/{sweep['id']}/live.json").json()
+    assert live["state"] == "running"
+    assert set(live["cells"]) == {str(c["id"]) for c in sweep["cells"]}
+    for html in live["cells"].values():
+        assert html in page  # the page and the live update are one rendering
+    assert "<svg" in live["heatmap"] and "2 queued" in text_of(live["progress"])
+
+    act = cell_of(sweep, "act", "vulkan")
+    store(sessions, settings, act["jobs"][0]["id"], finished("act", "vulkan"))
+    after = client.get(f"/sweeps/{sweep['id']}/live.json").json()
+    assert grid_cells(after["cells"][str(act["id"])])[act["id"]] == ACT_ROW
+    assert "1 done" in text_of(after["progress"])
+    assert (
+        after["cells"][str(cell_of(sweep, "vqbet", "vulkan")["id"])]
+        == live["cells"][str(cell_of(sweep, "vqbet", "vulkan")["id"])]
+    )
+
+
+def test_index_lists_every_sweep_with_progress_and_links(
+    client: TestClient, admin: dict[str, str], sessions: sessionmaker[Session], settings: Settings
+) -> None:
+    first = submit(client, admin, ["act", "pi05"], ["vulkan", "xnnpack"])
+    second = submit(client, admin, ["diffusion"], ["xnnpack"])
+    store(sessions, settings, job_of(first, "act", "vulkan"), finished("act", "vulkan"))
+    store(sessions, settings, job_of(first, "pi05", "vulkan"), export_failed("pi05", "vulkan"))
+    start(sessions, settings, job_of(first, "act", "xnnpack"))
+    response = client.get("/")
+    assert response.status_code == 200
+    html = response.text
+    assert html.index(f'href="/sweeps/{second["id"]}"') < html.index(f'href="/sweeps/{first["id"]}"')
+    page = text_of(html)
+    assert f"#{first['id']}" in page and "2 × 2 act, pi05 × Vulkan, XNNPACK" in page
+    assert "1 done 1 running 1 queued 0 slow 1 failed" in page
+    assert "1 × 1 diffusion × XNNPACK" in page and "0 done 0 running 1 queued" in page
+    assert f'href="/api/sweeps/{first["id"]}/report.md"' in html
+    assert "constant propagation on · stock lowering · 900 s bound" in page
+
+
+def test_details_show_blockers_programs_timings_attempts_and_artifacts(
+    client: TestClient, admin: dict[str, str], sessions: sessionmaker[Session], settings: Settings
+) -> None:
+    sweep = submit(client, admin, ["vqbet", "pi05"], ["vulkan"])
+    blockers = [
+        Blocker(op="aten.convolution.default", reason="op args not supported", count=4, macs=770),
+        Blocker(op="aten.elu.default", reason="no operator implementation", count=181, macs=0),
+        Blocker(op="aten.addmm.default", reason="dtype not supported", count=2, macs=3),
+    ]
+    doc = finished("vqbet", "vulkan", (567, 594), (230, 1000), 22, blockers)
+    vqbet = cell_of(sweep, "vqbet", "vulkan")
+    store(sessions, settings, vqbet["jobs"][0]["id"], doc)
+
+    response = client.get(f"/cells/{vqbet['id']}")
+    assert response.status_code == 200
+    page = text_of(response.text)
+    assert "vqbet on Vulkan ok" in page
+    # Each op the partitioner left on the CPU, with its reason and its share of the heavy math.
+    assert "aten.convolution.default op args not supported 4 770 77%" in page
+    assert "aten.elu.default no operator implementation 181 0 0%" in page
+    assert "aten.addmm.default dtype not supported 2 3 <1%" in page
+    assert "observation 1 141 / 148 100 1 1 1 denoise_step 10 426 / 446 90 21 - -" in page
+    assert "/farm/out/vqbet-vulkan/denoise_step.pte" in page and "/farm/traces/vqbet/observation.pt2" in page
+    assert f"/farm/bundles/{'ab' * 32}" in page
+    assert "trace ok 1.5 partition ok 1.5 export ok 1.5" in page
+    assert "partition.observation_s 3.25" in page
+    assert f"lower #{vqbet['jobs'][0]['id']} lower ok 1 dashboard-test@here" in page
+    assert "coverfarm analyze --policy vqbet --backend vulkan --timeout 900 --json" in page
+    assert "567 / 594 (95%) 23% 22 ✓ no device" in page
+    assert response.text.startswith("<!doctype html>")
+
+    # The grid's panel gets the same details without the page around them.
+    partial = client.get(f"/cells/{vqbet['id']}", params={"partial": 1}).text
+    assert "<html" not in partial and "aten.convolution.default" in partial
+
+    pi05 = cell_of(sweep, "pi05", "vulkan")
+    store(sessions, settings, pi05["jobs"][0]["id"], export_failed("pi05", "vulkan"))
+    failed = client.get(f"/cells/{pi05['id']}").text
+    assert "trace: KeyError: model.paligemma_with_expert" in text_of(failed)
+    assert "trace traceback" in text_of(failed) and "File &#34;trace.py&#34;" in failed
+
+
+def test_details_of_an_engine_crash_and_of_a_pending_cell(
+    client: TestClient, admin: dict[str, str], sessions: sessionmaker[Session], settings: Settings
+) -> None:
+    sweep = submit(client, admin, ["act", "diffusion"], ["xnnpack"])
+    act = cell_of(sweep, "act", "xnnpack")
+    fail(
+        sessions, settings, act["jobs"][0]["id"], "Traceback (most recent call last):\nOSError: out of memory"
+    )
+    page = text_of(client.get(f"/cells/{act['id']}").text)
+    assert "Error OSError: out of memory" in page
+    assert "what the worker reported Traceback (most recent call last): OSError: out of memory" in page
+    pending = text_of(client.get(f"/cells/{cell_of(sweep, 'diffusion', 'xnnpack')['id']}").text)
+    assert "No result yet: the cell is being measured" in pending
+
+
+def test_heatmap_is_svg_with_a_square_per_cell_coloured_by_heavy_math(
+    client: TestClient, admin: dict[str, str], sessions: sessionmaker[Session], settings: Settings
+) -> None:
+    sweep = submit(client, admin, ["act", "vqbet", "pi05"], ["vulkan", "xnnpack"])
+    store(
+        sessions, settings, job_of(sweep, "act", "vulkan"), finished("act", "vulkan", (10, 10), (1000, 1000))
+    )
+    store(
+        sessions, settings, job_of(sweep, "vqbet", "vulkan"), finished("vqbet", "vulkan", (5, 10), (0, 1000))
+    )
+    store(sessions, settings, job_of(sweep, "pi05", "vulkan"), export_failed("pi05", "vulkan"))
+    response = client.get(f"/sweeps/{sweep['id']}/heatmap.svg")
+    assert response.headers["content-type"] == "image/svg+xml"
+    svg = ET.fromstring(response.content)
+    ns = {"svg": "http://www.w3.org/2000/svg"}
+    squares = {
+        link.attrib["href"]: (
+            link.find("svg:rect", ns),
+            link.find("svg:text", ns),
+            link.find("svg:title", ns),
+        )
+        for link in svg.iter("{http://www.w3.org/2000/svg}a")
+    }
+    assert len(squares) == 6
+    act_rect, act_text, act_title = squares[f"/cells/{cell_of(sweep, 'act', 'vulkan')['id']}"]
+    assert act_rect is not None and act_rect.attrib["fill"] == "hsl(120 62% 78%)"  # all of it: green
+    assert act_text is not None and act_text.text == "100%"
+    assert act_title is not None and "act on Vulkan" in (act_title.text or "")
+    vqbet_rect, vqbet_text, _ = squares[f"/cells/{cell_of(sweep, 'vqbet', 'vulkan')['id']}"]
+    assert vqbet_rect is not None and vqbet_rect.attrib["fill"] == "hsl(0 62% 78%)"  # none of it: red
+    assert vqbet_text is not None and vqbet_text.text == "0%"
+    _, pi05_text, _ = squares[f"/cells/{cell_of(sweep, 'pi05', 'vulkan')['id']}"]
+    assert pi05_text is not None and pi05_text.text == tracker.FAILED
+    queued_text = squares[f"/cells/{cell_of(sweep, 'act', 'xnnpack')['id']}"][1]
+    assert queued_text is not None and queued_text.text == tracker.PENDING
+    # The grid page carries the same SVG inline, so it shows without script.
+    assert "Share of heavy math on the backend" in client.get(f"/sweeps/{sweep['id']}").text
+
+
+def test_static_files_and_missing_things(client: TestClient) -> None:
+    script = client.get("/dashboard/static/grid.js")
+    assert script.status_code == 200 and "EventSource" in script.text
+    assert script.headers["content-type"].startswith("text/javascript")
+    assert client.get("/dashboard/static/style.css").headers["content-type"].startswith("text/css")
+    assert client.get("/dashboard/static/../endpoints.py").status_code == 404
+    assert client.get("/dashboard/static/nope.js").status_code == 404
+    assert client.get("/sweeps/999999").status_code == 404
+    assert client.get("/cells/999999").status_code == 404
+    assert "No sweep yet" in client.get("/").text or client.get("/").status_code == 200
