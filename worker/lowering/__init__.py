@@ -1,0 +1,1 @@
+"""Lowering helpers: a fast exact partitioner, its switch, and the Vulkan pattern-graph cache."""
