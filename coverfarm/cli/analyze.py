@@ -38,7 +38,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="skip ExecuTorch's constant propagation before partitioning (it runs by default)",
     )
     parser.add_argument(
-        "--lowering", choices=["stock", "fast"], default="stock", help="partitioner implementation (stock)"
+        "--lowering",
+        choices=["stock", "fast"],
+        default="fast",
+        help="capability partitioner: torch.fx stock, or the exact fast one with identical partitions (fast)",
     )
     parser.set_defaults(func=run)
 
