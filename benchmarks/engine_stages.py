@@ -39,10 +39,17 @@ def main() -> int:
     parser.add_argument("--backends", default="vulkan,xnnpack")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=900.0)
-    parser.add_argument("--lowering", choices=["stock", "fast"], default="stock")
+    parser.add_argument("--lowering", choices=["stock", "fast"], default="fast")
+    parser.add_argument(
+        "--frames",
+        type=int,
+        default=1,
+        help="eager reference frames in the trace (1: the test case only; a diffusion frame costs minutes)",
+    )
     args = parser.parse_args()
 
     rows: dict[str, list[list[str]]] = {}
+    print(f"lowering {args.lowering}, {args.frames} reference frame(s), median of {args.repeat} run(s)")
     print(
         f"{'policy':16s} {'backend':8s} {'trace s':>8s} {'part. s':>8s} {'groups s':>8s} {'export s':>8s}"
         f" {'wall s':>8s}  status"
@@ -61,7 +68,7 @@ def main() -> int:
                     doc = analyze(
                         policy,
                         backend,
-                        Options(timeout_s=args.timeout, lowering=args.lowering),
+                        Options(timeout_s=args.timeout, lowering=args.lowering, frames=args.frames),
                         Path(tmp) / "out",
                         trace_cache=Path(tmp) / "traces",
                     )

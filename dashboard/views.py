@@ -268,8 +268,10 @@ def repro_command(cell: CellPublic) -> str:
         parts.append(f"--checkpoint {options['checkpoint']}")
     if options.get("constant_prop") is False:
         parts.append("--no-constant-prop")
-    if options.get("lowering", "stock") != "stock":
-        parts.append(f"--lowering {options['lowering']}")
+    # Always spelled out, so the command repeats the cell whatever the CLI's default is.
+    parts.append(f"--lowering {options.get('lowering', 'stock')}")
+    if options.get("frames", 16) != 16:
+        parts.append(f"--frames {options['frames']}")
     return " ".join([*parts, "--json"])
 
 

@@ -22,6 +22,7 @@ from orchestrator.events.endpoints import router as events_router
 from orchestrator.events.hub import EventHub
 from orchestrator.jobs.reconciler import Reconciler
 from orchestrator.sweeps.endpoints import router as sweeps_router
+from orchestrator.workers.endpoints import router as workers_router
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ def create_app(
     app.include_router(sweeps_router, prefix="/api")
     app.include_router(events_router, prefix="/api")
     app.include_router(dashboard_router)
+    app.include_router(workers_router, prefix="/api")
 
     @app.exception_handler(NotFound)
     async def not_found(_request: Request, error: NotFound) -> JSONResponse:

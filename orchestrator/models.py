@@ -118,6 +118,9 @@ class Job(Base):
     status_reason: Mapped[str | None] = mapped_column(Text)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     worker: Mapped[str | None] = mapped_column(String(255))
+    # The process on ``worker``'s host that runs the current attempt: a redelivered message can tell
+    # from it that the attempt died with its process (a killed pool child) and run again at once.
+    worker_pid: Mapped[int | None] = mapped_column(Integer)
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -168,13 +171,23 @@ class Result(Base):
     job: Mapped[Job] = relationship(back_populates="result")
 
 
+class WorkerState(StrEnum):
+    ONLINE = "online"
+    OFFLINE = "offline"
+
+
 class Worker(Base):
+    """A CPU worker (a Celery worker process, by its node name). Its state changes only through
+    ``orchestrator.workers.transitions``."""
+
     __tablename__ = "workers"
 
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(255), unique=True)
     queues: Mapped[list[str]] = mapped_column(JSONType)
-    state: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str] = mapped_column(String(16))  # a WorkerState value
+    state_reason: Mapped[str | None] = mapped_column(Text)
+    state_changed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_heartbeat: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 

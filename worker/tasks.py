@@ -31,7 +31,7 @@ from coverfarm.result import Options, ResultDocument
 from coverfarm.settings import Settings, get_settings
 from orchestrator.db import make_engine, make_sessionmaker, unit_of_work
 from orchestrator.jobs import service as jobs
-from orchestrator.jobs.repository import register_worker, worker_stopped
+from orchestrator.workers import service as workers
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +123,63 @@ class Heartbeat:
                 log.exception("heartbeat of job %s failed", self._job_id)
 
 
+class WorkerBeat:
+    """The worker's own heartbeat, from its main process whether or not it runs a job, so that the
+    reconciler can tell an idle worker from a dead one (and mark the dead one offline)."""
+
+    def __init__(self, rt: Runtime, worker: str) -> None:
+        self._rt, self._worker = rt, worker
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="worker-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._rt.settings.heartbeat_interval_s):
+            try:
+                with self._rt.transaction() as session:
+                    workers.seen(session, self._worker)
+            except Exception:
+                log.exception("heartbeat of worker %s failed", self._worker)
+
+
+def process_running(pid: int) -> bool:
+    """Whether process ``pid`` on this host exists and is not a zombie (Linux /proc; elsewhere
+    existence only). A killed pool child stays a zombie until the Celery parent reaps it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+def attempt_alive_here(worker: str) -> Callable[[str | None, int | None], bool]:
+    """For ``jobs.start``: whether the process running a job's current attempt is alive, as seen from
+    ``worker``. Only an attempt of this same worker (node names carry the host, ``name@%h``) can be
+    checked here; any other answers True and is left to the heartbeat timeout. A prefork child runs
+    one task at a time, so an attempt recorded for this very process is not running any more."""
+
+    def alive(name: str | None, pid: int | None) -> bool:
+        if name != worker or pid is None:
+            return True
+        return pid != os.getpid() and process_running(pid)
+
+    return alive
+
+
 def _progress(job_id: int) -> Callable[[str], None]:
     def report(line: str) -> None:
         log.info("job %s: %s", job_id, line)
@@ -132,7 +189,9 @@ def _progress(job_id: int) -> Callable[[str], None]:
 
 def run_lower(job_id: int, worker: str, rt: Runtime) -> None:
     with rt.transaction() as session:
-        started = jobs.start(session, job_id, worker, rt.settings)
+        started = jobs.start(
+            session, job_id, worker, rt.settings, pid=os.getpid(), attempt_alive=attempt_alive_here(worker)
+        )
     if started is None:
         return
     out_dir = rt.settings.results_dir / f"job-{job_id}" / f"attempt-{started.attempt}"
@@ -156,17 +215,25 @@ def run_lower(job_id: int, worker: str, rt: Runtime) -> None:
 app = make_celery(get_settings())
 
 
+_beat: WorkerBeat | None = None
+
+
 @worker_ready.connect
 def _registered(sender: Any, **_kwargs: Any) -> None:
+    global _beat
     queues = sorted(sender.app.amqp.queues.consume_from or sender.app.amqp.queues)
     with runtime().transaction() as session:
-        register_worker(session, sender.hostname, queues)
+        workers.register(session, sender.hostname, queues)
+    _beat = WorkerBeat(runtime(), sender.hostname)
+    _beat.start()
 
 
 @worker_shutdown.connect
 def _stopped(sender: Any, **_kwargs: Any) -> None:
+    if _beat is not None:
+        _beat.stop()
     with runtime().transaction() as session:
-        worker_stopped(session, sender.hostname)
+        workers.stopped(session, sender.hostname)
 
 
 @app.task(name=LOWER_TASK, bind=True)

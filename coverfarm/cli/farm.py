@@ -56,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     submit.add_argument("--policies", required=True, help="comma-separated, e.g. act,vqbet")
     submit.add_argument("--backends", required=True, help="comma-separated, e.g. vulkan,xnnpack")
     submit.add_argument("--no-constant-prop", dest="constant_prop", action="store_false")
-    submit.add_argument("--lowering", choices=["stock", "fast"], default="stock")
+    submit.add_argument("--lowering", choices=["stock", "fast"], default="fast")
     submit.add_argument("--timeout", type=float, help="bound of each stage in seconds (the farm's default)")
     submit.add_argument("--wait", action="store_true", help="wait until every cell is done, print the report")
     submit.set_defaults(func=run_submit)
@@ -114,7 +114,7 @@ def run_up(args: argparse.Namespace) -> int:
         print(f"coverfarm: serving {url}", file=sys.stderr)
         submit = argparse.Namespace(
             url=url, token=token, policies=args.policies, backends=args.backends, constant_prop=True,
-            lowering="stock", timeout=None, wait=True,
+            lowering="fast", timeout=None, wait=True,
         )  # fmt: skip
         code = run_submit(submit)
         if not args.once:

@@ -1,4 +1,5 @@
-"""The reconciler loop the orchestrator runs: re-queues jobs the broker alone would leave stuck."""
+"""The reconciler loop the orchestrator runs: re-queues jobs the broker alone would leave stuck, and
+marks workers that stopped heartbeating offline."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from sqlalchemy.orm import Session
 from coverfarm.settings import Settings
 from orchestrator.db import unit_of_work
 from orchestrator.jobs.service import reconcile
+from orchestrator.workers.service import mark_silent_offline
 
 log = logging.getLogger(__name__)
 
@@ -19,6 +21,9 @@ log = logging.getLogger(__name__)
 def reconcile_once(sessions: Callable[[], Session], celery: Celery, settings: Settings) -> list[int]:
     with unit_of_work(sessions, celery) as session:
         resent = reconcile(session, settings)
+        offline = mark_silent_offline(session, settings)
+    if offline:
+        log.warning("reconciler marked workers offline: %s", offline)
     if resent:
         log.warning("reconciler re-sent jobs %s", resent)
     return resent

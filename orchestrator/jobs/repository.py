@@ -1,4 +1,4 @@
-"""Every query on jobs, attempts, results and workers."""
+"""Every query on jobs, attempts and results (workers: orchestrator.workers.repository)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from sqlalchemy import select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from orchestrator.models import Cell, Job, JobAttempt, JobStatus, Result, Worker, utcnow
+from orchestrator.models import Cell, Job, JobAttempt, JobStatus, Result, utcnow
 
 
 def _insert(session: Session) -> Any:
@@ -24,28 +24,6 @@ def upsert_result(session: Session, values: dict[str, Any]) -> None:
     statement = _insert(session)(Result).values(**values, created_at=utcnow(), updated_at=utcnow())
     replace = {key: statement.excluded[key] for key in (*values, "updated_at") if key != "job_id"}
     session.execute(statement.on_conflict_do_update(index_elements=[Result.job_id], set_=replace))
-
-
-def register_worker(session: Session, name: str, queues: list[str]) -> None:
-    """A worker process came up (or back): record it as online with the queues it consumes."""
-    now = utcnow()
-    statement = _insert(session)(Worker).values(
-        name=name, queues=queues, state="online", started_at=now, last_heartbeat=now
-    )
-    session.execute(
-        statement.on_conflict_do_update(
-            index_elements=[Worker.name],
-            set_={"queues": queues, "state": "online", "started_at": now, "last_heartbeat": now},
-        )
-    )
-
-
-def worker_seen(session: Session, name: str) -> None:
-    session.execute(update(Worker).where(Worker.name == name).values(last_heartbeat=utcnow()))
-
-
-def worker_stopped(session: Session, name: str) -> None:
-    session.execute(update(Worker).where(Worker.name == name).values(state="offline"))
 
 
 def attempt(session: Session, job_id: int, number: int) -> JobAttempt | None:

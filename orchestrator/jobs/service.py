@@ -9,6 +9,7 @@ them in ``orchestrator.db.unit_of_work``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -21,6 +22,7 @@ from orchestrator.db import Outgoing, enqueue_after_commit
 from orchestrator.jobs import repository
 from orchestrator.jobs.transitions import TERMINAL, lock_job, transition
 from orchestrator.models import Cell, Job, JobAttempt, JobStatus, utcnow
+from orchestrator.workers import service as workers
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +62,27 @@ def _send(session: Session, job: Job) -> None:
     enqueue_after_commit(session, Outgoing(message, job.queue, job.timeout_s))
 
 
-def start(session: Session, job_id: int, worker: str, settings: Settings) -> StartedJob | None:
-    """Claim a job for ``worker``; None when there is nothing to run (done, cancelled, running elsewhere)."""
+AttemptAlive = Callable[[str | None, int | None], bool]
+
+
+def start(
+    session: Session,
+    job_id: int,
+    worker: str,
+    settings: Settings,
+    *,
+    pid: int | None = None,
+    attempt_alive: AttemptAlive | None = None,
+) -> StartedJob | None:
+    """Claim a job for process ``pid`` of ``worker``; None when there is nothing to run (done,
+    cancelled, running elsewhere).
+
+    A message for a job that is already running is a duplicate, unless the running attempt is dead:
+    ``attempt_alive(worker, pid)`` answers for the running attempt's process when the caller can see it
+    (the same worker host) and says False only when that process is certainly gone. That is how a
+    message Celery re-delivers after a pool child was killed runs again at once instead of waiting for
+    the heartbeat timeout; without an answer, only the heartbeat tells.
+    """
     job = lock_job(session, job_id)
     if job is None:
         log.warning("job %s does not exist; dropping its message", job_id)
@@ -71,24 +92,29 @@ def start(session: Session, job_id: int, worker: str, settings: Settings) -> Sta
         return None
     if job.status is JobStatus.RUNNING:
         silent_since = utcnow() - timedelta(seconds=settings.heartbeat_timeout_s)
-        if job.heartbeat_at is not None and job.heartbeat_at >= silent_since:
+        if attempt_alive is not None and not attempt_alive(job.worker, job.worker_pid):
+            reason = f"{job.worker} lost process {job.worker_pid} (attempt {job.attempt})"
+        elif job.heartbeat_at is not None and job.heartbeat_at >= silent_since:
             log.info("job %s runs on %s; dropping a duplicate message", job_id, job.worker)
             return None
-        if not _lose_attempt(session, job, f"{job.worker} stopped heartbeating", settings):
+        else:
+            reason = f"{job.worker} stopped heartbeating"
+        if not _lose_attempt(session, job, reason, settings):
             return None
     job.attempt += 1
     job.worker = worker
+    job.worker_pid = pid
     job.error = None
     session.add(JobAttempt(job_id=job.id, attempt=job.attempt, worker=worker))
     transition(session, job, JobStatus.RUNNING, f"attempt {job.attempt} started on {worker}")
-    repository.worker_seen(session, worker)
+    workers.seen(session, worker)
     options = Options.model_validate({**job.cell.options, "timeout_s": job.timeout_s})
     return StartedJob(job.id, job.attempt, job.stage, job.cell.policy, job.cell.backend, options)
 
 
 def heartbeat(session: Session, job_id: int, attempt: int, worker: str) -> bool:
     alive = repository.beat(session, job_id, attempt, worker)
-    repository.worker_seen(session, worker)
+    workers.seen(session, worker)
     return alive
 
 

@@ -54,6 +54,7 @@ def transition(session: Session, job: Job, to: JobStatus, reason: str) -> None:
         job.finished_at = None
     elif to is JobStatus.QUEUED:
         job.worker = None
+        job.worker_pid = None
         job.heartbeat_at = None
     else:
         job.finished_at = now

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, status
+from fastapi import APIRouter, Query, Response, status
 from fastapi.responses import PlainTextResponse
 
 from orchestrator.deps import AdminDep, SessionDep, SettingsDep
@@ -24,9 +24,13 @@ def create_sweep(body: SweepCreate, session: SessionDep, settings: SettingsDep) 
 @router.get("/sweeps")
 def list_sweeps(
     session: SessionDep,
+    response: Response,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> list[SweepSummary]:
+    """Newest first, counts per cell state only (GET /api/sweeps/{id} has the cells and results);
+    ``X-Total-Count`` is the number of sweeps in all, for paging."""
+    response.headers["X-Total-Count"] = str(service.count(session))
     return service.list_(session, limit, offset)
 
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
-from sqlalchemy import select
+from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session, selectinload
 
-from orchestrator.models import Cell, Job, Sweep
+from orchestrator.models import PENDING_STATUSES, Cell, Job, JobStatus, Sweep
 
 _CELL_TREE = selectinload(Cell.jobs).selectinload(Job.result)
 
@@ -19,14 +20,70 @@ def get_sweep(session: Session, sweep_id: int, *, lock: bool = False) -> Sweep |
     return session.scalars(query).one_or_none()
 
 
+@dataclass
+class SweepTally:
+    """A sweep's cells counted per state, without loading a cell, a job or a result document."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    pending: int = 0
+    policies: list[str] = field(default_factory=list)
+    backends: list[str] = field(default_factory=list)
+
+
 def list_sweeps(session: Session, limit: int, offset: int) -> Sequence[Sweep]:
-    return session.scalars(
-        select(Sweep)
-        .order_by(Sweep.id.desc())
-        .limit(limit)
-        .offset(offset)
-        .options(selectinload(Sweep.cells).options(_CELL_TREE))
+    """A page of sweeps, newest first, with no cells loaded."""
+    return session.scalars(select(Sweep).order_by(Sweep.id.desc()).limit(limit).offset(offset)).all()
+
+
+def count_sweeps(session: Session) -> int:
+    return session.scalar(select(func.count()).select_from(Sweep)) or 0
+
+
+def tally(session: Session, sweep_ids: Sequence[int]) -> dict[int, SweepTally]:
+    """Per sweep: cells per state and the policies and backends in cell order, counted in the database.
+
+    A cell's state is its latest job's status, except that a pending re-run of a slow job keeps
+    "slow" (the same rule as ``sweeps.service.cell_state``, which works on loaded cells).
+    """
+    tallies = {sweep_id: SweepTally() for sweep_id in sweep_ids}
+    if not sweep_ids:
+        return tallies
+    per_cell = (
+        select(
+            Cell.id.label("cell_id"),
+            Cell.sweep_id,
+            func.max(Job.id).label("latest"),
+            func.max(case((Job.status == JobStatus.SLOW, 1), else_=0)).label("any_slow"),
+        )
+        .outerjoin(Job, Job.cell_id == Cell.id)
+        .where(Cell.sweep_id.in_(sweep_ids))
+        .group_by(Cell.id, Cell.sweep_id)
+        .subquery()
+    )
+    latest = Job.__table__.alias("latest_job")
+    status = func.coalesce(latest.c.status, JobStatus.QUEUED.value)
+    pending = status.in_([s.value for s in PENDING_STATUSES])
+    state = case((pending & (per_cell.c.any_slow == 1), JobStatus.SLOW.value), else_=status)
+    rows = session.execute(
+        select(per_cell.c.sweep_id, state, pending, func.count())
+        .select_from(per_cell.outerjoin(latest, latest.c.id == per_cell.c.latest))
+        .group_by(per_cell.c.sweep_id, state, pending)
     ).all()
+    for sweep_id, cell_state, is_pending, count in rows:
+        entry = tallies[sweep_id]
+        entry.counts[cell_state] = entry.counts.get(cell_state, 0) + count
+        if is_pending:
+            entry.pending += count
+    for column, target in ((Cell.policy, "policies"), (Cell.backend, "backends")):
+        names = session.execute(
+            select(Cell.sweep_id, column)
+            .where(Cell.sweep_id.in_(sweep_ids))
+            .group_by(Cell.sweep_id, column)
+            .order_by(Cell.sweep_id, func.min(Cell.id))
+        ).all()
+        for sweep_id, name in names:
+            getattr(tallies[sweep_id], target).append(name)
+    return tallies
 
 
 def get_cell(session: Session, cell_id: int) -> Cell | None:

@@ -14,7 +14,7 @@ class SweepOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     constant_prop: bool = True
-    lowering: Literal["stock", "fast"] = "stock"
+    lowering: Literal["stock", "fast"] = "fast"
 
 
 class SweepCreate(BaseModel):

@@ -163,4 +163,32 @@ def sweep_view(sweep: Sweep) -> SweepPublic:
 
 
 def list_(session: Session, limit: int, offset: int) -> list[SweepSummary]:
-    return [summary_view(sweep) for sweep in repository.list_sweeps(session, limit, offset)]
+    """A page of sweep summaries, newest first.
+
+    Counted in the database: a summary never loads a cell's jobs or result documents, so the list
+    costs the same for a sweep of ten cells and one of ten thousand.
+    """
+    sweeps = repository.list_sweeps(session, limit, offset)
+    tallies = repository.tally(session, [sweep.id for sweep in sweeps])
+    return [_light_summary(sweep, tallies[sweep.id]) for sweep in sweeps]
+
+
+def count(session: Session) -> int:
+    return repository.count_sweeps(session)
+
+
+def _light_summary(sweep: Sweep, tally: repository.SweepTally) -> SweepSummary:
+    state = "cancelled" if sweep.cancelled_at is not None else "running" if tally.pending else "done"
+    return SweepSummary(
+        id=sweep.id,
+        created_at=sweep.created_at,
+        options=SweepOptions.model_validate(
+            {"constant_prop": sweep.constant_prop, "lowering": sweep.lowering}
+        ),
+        timeout_s=sweep.timeout_s,
+        policies=tally.policies,
+        backends=tally.backends,
+        state=state,
+        counts=dict(sorted(tally.counts.items())),
+        cancelled_at=sweep.cancelled_at,
+    )

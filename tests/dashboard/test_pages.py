@@ -148,7 +148,7 @@ def test_index_lists_every_sweep_with_progress_and_links(
     assert "1 done 1 running 1 queued 0 slow 1 failed" in page
     assert "1 × 1 diffusion × XNNPACK" in page and "0 done 0 running 1 queued" in page
     assert f'href="/api/sweeps/{first["id"]}/report.md"' in html
-    assert "constant propagation on · stock lowering · 900 s bound" in page
+    assert "constant propagation on · fast lowering · 900 s bound" in page
 
 
 def test_details_show_blockers_programs_timings_attempts_and_artifacts(
@@ -178,7 +178,7 @@ def test_details_show_blockers_programs_timings_attempts_and_artifacts(
     assert "trace ok 1.5 partition ok 1.5 export ok 1.5" in page
     assert "partition.observation_s 3.25" in page
     assert f"lower #{vqbet['jobs'][0]['id']} lower ok 1 dashboard-test@here" in page
-    assert "coverfarm analyze --policy vqbet --backend vulkan --timeout 900 --json" in page
+    assert "coverfarm analyze --policy vqbet --backend vulkan --timeout 900 --lowering fast --json" in page
     assert "567 / 594 (95%) 23% 22 ✓ no device" in page
     assert response.text.startswith("<!doctype html>")
 

@@ -1,22 +1,36 @@
 """Fixtures for the farm's process tests: the orchestrator (``coverfarm serve``) and Celery workers
-(``coverfarm worker``) as real child processes, on a real Postgres and a real Redis (database 14).
+(``coverfarm worker``) as real child processes, on a real Postgres and a real Redis.
 
 These tests need committed data (several processes share it), so they use their own database,
-recreated and migrated once per session, and each test works on the sweeps it creates.
+created and migrated once per session, and each test works on the sweeps it creates. The database
+is named after the test session's process and the session runs its own redis-server on a free
+loopback port: several engineers' test sessions share this machine, and one must never drop the
+database or flush the queues of another that is running.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
 import pytest
-import redis
-from farmtools import ROOT, TOKEN, StartWorker, child_env, coverfarm_command, free_port, stop
+from farmtools import (
+    ROOT,
+    TOKEN,
+    StartWorker,
+    child_env,
+    coverfarm_command,
+    free_port,
+    start_redis,
+    start_server,
+    stop,
+)
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -25,20 +39,39 @@ from orchestrator.db import make_engine, make_sessionmaker
 from orchestrator.migrate import upgrade
 
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
-DATABASE = "coverfarm_test_farm"
-BROKER = "redis://127.0.0.1:6379/14"
+DATABASE_PREFIX = "coverfarm_test_farm_"
+
+
+def _drop_abandoned_databases(conn: psycopg.Connection[Any]) -> None:
+    """Drop the databases of earlier test sessions whose process is gone (killed before teardown)."""
+    names = conn.execute(
+        "SELECT datname FROM pg_database WHERE datname LIKE 'coverfarm_test_farm_%'"
+    ).fetchall()
+    for (name,) in names:
+        pid = name.removeprefix(DATABASE_PREFIX)
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="session")
-def farm_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def farm_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = free_port()
+    process = start_redis(port, tmp_path_factory.mktemp("redis"))
+    yield f"redis://127.0.0.1:{port}/0"
+    stop(process)
+
+
+@pytest.fixture(scope="session")
+def farm_env(tmp_path_factory: pytest.TempPathFactory, farm_broker: str) -> Iterator[dict[str, str]]:
+    database = f"{DATABASE_PREFIX}{os.getpid()}"
     with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{DATABASE}"')
-    redis.Redis.from_url(BROKER).flushdb()
+        _drop_abandoned_databases(conn)
+        conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{database}"')
     env = {
         "COVERFARM_HOME": str(tmp_path_factory.mktemp("farm-home")),
-        "COVERFARM_DATABASE_URL": f"postgresql://postgres@127.0.0.1:5432/{DATABASE}",
-        "COVERFARM_BROKER_URL": BROKER,
+        "COVERFARM_DATABASE_URL": f"postgresql://postgres@127.0.0.1:5432/{database}",
+        "COVERFARM_BROKER_URL": farm_broker,
         "COVERFARM_ADMIN_TOKEN": TOKEN,
         "COVERFARM_POLICIES": "act,vqbet,pi05,diffusion",
         "COVERFARM_BACKENDS": "vulkan,xnnpack",
@@ -51,7 +84,9 @@ def farm_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "COVERFARM_RECONCILE_INTERVAL_S": "0.5",
     }
     upgrade(farm_settings_from(env))
-    return env
+    yield env
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
 
 
 def farm_settings_from(env: dict[str, str]) -> Settings:
@@ -78,28 +113,7 @@ def farm_sessions(farm_engine: Engine) -> sessionmaker[Session]:
 
 @pytest.fixture(scope="session")
 def server(farm_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    log = tmp_path_factory.mktemp("logs") / "serve.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            coverfarm_command("serve", "--port", str(port)),
-            env=child_env(farm_env),
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if httpx.get(f"{url}/api/sweeps", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"coverfarm serve did not start:\n{log.read_text()}")
-        time.sleep(0.2)
+    process, url = start_server(farm_env, tmp_path_factory.mktemp("logs") / "serve.log")
     yield url
     stop(process)
 
@@ -114,12 +128,15 @@ def api(server: str) -> Iterator[httpx.Client]:
 def start_worker(farm_env: dict[str, str], tmp_path: Path) -> Iterator[StartWorker]:
     started: list[subprocess.Popen[bytes]] = []
 
-    def start(name: str, ready_timeout: float = 60, **extra_env: str) -> subprocess.Popen[bytes]:
+    def start(
+        name: str, ready_timeout: float = 60, env: dict[str, str] | None = None, **extra_env: str
+    ) -> subprocess.Popen[bytes]:
+        """A worker on the farm's settings, or on ``env`` (another farm) when given."""
         log = tmp_path / f"{name}.log"
         with log.open("wb") as out:
             process = subprocess.Popen(
                 coverfarm_command("worker", "--name", f"{name}@%h"),
-                env=child_env(farm_env, **extra_env),
+                env=child_env(env or farm_env, **extra_env),
                 cwd=ROOT,
                 stdout=out,
                 stderr=subprocess.STDOUT,

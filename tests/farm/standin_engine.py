@@ -1,7 +1,8 @@
 """A STAND-IN for worker.engine.analyze, for the farm's own tests only (never torch, never ExecuTorch).
 
 It has the engine's signature and returns a valid result document after sleeping
-``$STANDIN_SECONDS`` (default 0.2), so the farm's queueing, storage, re-queue and crash handling can
+``$STANDIN_SECONDS`` (default 0.2; ``$STANDIN_FIRST_ATTEMPT_SECONDS``, when set, for a job's first
+attempt), so the farm's queueing, storage, re-queue and crash handling can
 be exercised in seconds. The one end-to-end test marked ``real_policy`` uses the real engine.
 
 Per policy: ``vqbet`` exports ``slow`` unless its bound is the long one (>= 1000 s), ``pi05`` raises.
@@ -35,7 +36,10 @@ def analyze(
     out_dir: Path,
     progress: Callable[[str], None] | None = None,
 ) -> ResultDocument:
-    deadline = time.monotonic() + float(os.environ.get("STANDIN_SECONDS", "0.2"))
+    seconds = os.environ.get("STANDIN_SECONDS", "0.2")
+    if out_dir.name == "attempt-1":  # worker.tasks names the attempt's folder
+        seconds = os.environ.get("STANDIN_FIRST_ATTEMPT_SECONDS", seconds)
+    deadline = time.monotonic() + float(seconds)
     while time.monotonic() < deadline:  # short sleeps, so a SIGKILL lands mid-job
         time.sleep(0.05)
     if policy == "pi05":

@@ -1,33 +1,58 @@
-"""End to end with the real engine: act on XNNPACK, submitted through the API, run by a real worker."""
+"""End to end with the real engine: act on Vulkan and XNNPACK, submitted through the API, run by a real
+worker, reported as the tracker's Markdown with the engine's numbers."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import httpx
 import pytest
 from farmtools import StartWorker, sweep_done, wait_for
 
+from coverfarm.tracker import backend_title
+
 REAL_ENGINE = "worker.engine:analyze"
 
 
 @pytest.mark.real_policy
 @pytest.mark.timeout(2400)
-def test_act_on_xnnpack_through_the_farm(api: httpx.Client, start_worker: StartWorker) -> None:
+def test_act_on_vulkan_and_xnnpack_through_the_farm(api: httpx.Client, start_worker: StartWorker) -> None:
+    # The worker (and the stage processes it starts) share the session's trace cache (tests/conftest.py),
+    # so act is traced once for both backends and for any other test that already traced it.
+    assert os.environ.get("COVERFARM_TRACE_CACHE")
     start_worker("w-real", COVERFARM_ENGINE=REAL_ENGINE)
-    response = api.post("/api/sweeps", json={"policies": ["act"], "backends": ["xnnpack"], "timeout_s": 900})
+    response = api.post(
+        "/api/sweeps",
+        json={
+            "policies": ["act"],
+            "backends": ["vulkan", "xnnpack"],
+            # Stock Vulkan lowering of act rebuilds its pattern graphs per partition (minutes);
+            # "fast" caches them and lowers to the byte-identical program (worker.lowering.pattern_cache).
+            "options": {"lowering": "fast"},
+            "timeout_s": 900,
+        },
+    )
     assert response.status_code == 201, response.text
     sweep_id = response.json()["id"]
-    sweep: dict[str, Any] = wait_for(lambda: sweep_done(api, sweep_id), 2100, "act on xnnpack to finish")
-    [cell] = sweep["cells"]
-    assert cell["state"] == "ok", cell["jobs"]
-    result = cell["result"]
-    assert result["export_status"] == "ok"
-    assert result["ops_total"] > 1000  # act has ~1.5k edge ops (tracker)
-    assert 0 < result["ops_on_backend"] <= result["ops_total"]
-    document = result["document"]
-    assert (document["policy"], document["backend"]) == ("act", "xnnpack")
-    assert document["options"]["constant_prop"] is True
+    sweep: dict[str, Any] = wait_for(lambda: sweep_done(api, sweep_id), 2100, "act on both backends")
+    cells = {cell["backend"]: cell for cell in sweep["cells"]}
+    assert set(cells) == {"vulkan", "xnnpack"}
     report = api.get(f"/api/sweeps/{sweep_id}/report.md").text
-    assert f"| act | {result['ops_on_backend']} / {result['ops_total']} (" in report
-    assert report.count("✓") == 1
+    sections = {section.splitlines()[0]: section for section in report.split("## Coverage: ")[1:]}
+    assert set(sections) == {backend_title("vulkan"), backend_title("xnnpack")}
+    for backend, cell in cells.items():
+        assert cell["state"] == "ok", cell["jobs"]
+        result = cell["result"]
+        assert result["export_status"] == "ok"
+        assert result["ops_total"] > 1000  # act has ~1.5k edge ops (tracker)
+        assert 0 < result["ops_on_backend"] <= result["ops_total"]
+        document = result["document"]
+        assert (document["policy"], document["backend"]) == ("act", backend)
+        assert document["options"]["constant_prop"] is True
+        assert document["options"]["lowering"] == "fast"
+        # The row of this backend's table carries the engine's own numbers.
+        row = f"| act | {result['ops_on_backend']} / {result['ops_total']} ("
+        assert row in sections[backend_title(backend)], sections
+    assert report.count("| act |") == 2
+    assert report.count("✓") == 2

@@ -48,7 +48,8 @@ def test_sweep_runs_on_a_worker_with_slow_rerun_and_failure(
 
     with farm_sessions() as session:
         worker = session.scalars(select(Worker).where(Worker.name.startswith("w-basic@"))).one()
-        assert (worker.state, worker.queues) == ("online", ["lower", "lower.long"])
+        assert (worker.state, worker.state_reason) == ("online", "registered")
+        assert worker.queues == ["lower", "lower.long"]
 
 
 def test_sigkilled_worker_job_runs_again_elsewhere_with_one_result(
@@ -69,6 +70,15 @@ def test_sigkilled_worker_job_runs_again_elsewhere_with_one_result(
     doomed.wait()
 
     start_worker("w-rescue", STANDIN_SECONDS="0.2")
+
+    def doomed_offline() -> dict[str, Any] | None:
+        listed = {w["name"].split("@")[0]: w for w in api.get("/api/workers").json()}
+        doomed = listed.get("w-doomed")
+        return doomed if doomed is not None and doomed["state"] == "offline" else None
+
+    # Its main process is gone too: no more worker heartbeats, and the reconciler says so.
+    gone: Any = wait_for(doomed_offline, 30, "the killed worker to be marked offline")
+    assert gone["state_reason"].startswith("missed heartbeats: silent for ")
     done: Any = wait_for(lambda: sweep_done(api, sweep["id"]), 60, "the job to run again on the new worker")
     job = done["cells"][0]["jobs"][0]
     assert job["status"] == "ok"

@@ -69,3 +69,37 @@ def test_every_revision_upgrades_from_its_predecessor_with_data(tmp_path: Path) 
             assert conn.scalar(text("SELECT count(*) FROM sweeps")) == len(revisions)
     finally:
         engine.dispose()
+
+
+def test_0002_keeps_workers_and_jobs_and_adds_empty_state_reason_and_pid(tmp_path: Path) -> None:
+    settings = postgres_settings(tmp_path)
+    config = alembic_config(settings)
+    engine = create_engine(settings.sqlalchemy_url)
+    try:
+        command.upgrade(config, "0001")
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO workers (name, queues, state, started_at, last_heartbeat)"
+                    " VALUES ('cpu@old', '[\"lower\"]', 'online', now(), now());"
+                    "INSERT INTO sweeps (id, created_at, constant_prop, lowering, timeout_s)"
+                    " VALUES (1, now(), true, 'stock', 900);"
+                    "INSERT INTO cells (id, sweep_id, policy, backend, options)"
+                    " VALUES (1, 1, 'act', 'vulkan', '{}');"
+                    "INSERT INTO jobs (cell_id, stage, queue, timeout_s, status, attempt, worker, created_at)"
+                    " VALUES (1, 'lower', 'lower', 900, 'running', 1, 'cpu@old', now())"
+                )
+            )
+        command.upgrade(config, "0002")
+        with engine.connect() as conn:
+            assert conn.execute(
+                text("SELECT name, state, state_reason, state_changed_at FROM workers")
+            ).all() == [("cpu@old", "online", None, None)]
+            assert conn.execute(text("SELECT worker, status, worker_pid FROM jobs")).all() == [
+                ("cpu@old", "running", None)
+            ]
+        command.downgrade(config, "0001")
+        with engine.connect() as conn:
+            assert conn.scalar(text("SELECT count(*) FROM jobs")) == 1
+    finally:
+        engine.dispose()

@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from coverfarm.result import Options
 from orchestrator.models import Cell, Event, Job, Sweep
 
 
@@ -48,13 +49,11 @@ def test_create_sweep_expands_cells_and_sends_after_commit(
     ]
     cell = sweep["cells"][0]
     assert cell["pending"] is True and cell["result"] is None
-    assert cell["options"] == {
-        "constant_prop": True,
-        "lowering": "stock",
-        "timeout_s": 120.0,
-        "seed": 0,
-        "checkpoint": None,
-    }
+    # The engine's options: the sweep's choices over the engine's defaults (coverfarm.result.Options).
+    assert cell["options"] == Options(constant_prop=True, lowering="fast", timeout_s=120).model_dump(
+        mode="json"
+    )
+    assert (cell["options"]["seed"], cell["options"]["checkpoint"]) == (0, None)
     job_ids = {c["jobs"][0]["id"] for c in sweep["cells"]}
     # One message per job, on "lower", carrying only what the worker needs to find its row.
     messages = queued_messages(broker)

@@ -101,7 +101,8 @@ def test_export_out_of_time_keeps_every_coverage_number() -> None:
 
 
 def test_an_exception_in_the_partitioner_is_a_failed_partition_with_its_cause() -> None:
-    events = program_events("observation", False, False) + [
+    events = [
+        *program_events("observation", False, False),
         {
             "event": "error",
             "program": "observation",
@@ -120,7 +121,8 @@ def test_an_exception_in_the_partitioner_is_a_failed_partition_with_its_cause() 
 
 
 def test_an_exception_while_exporting_is_a_failed_export_with_coverage_kept() -> None:
-    events = program_events("observation", True, False) + [
+    events = [
+        *program_events("observation", True, False),
         {"event": "error", "program": "observation", "type": "RuntimeError", "message": "boom"},
         *program_events("denoise_step", True, True),
     ]

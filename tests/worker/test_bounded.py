@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from worker.stages.bounded import run_bounded
 
@@ -53,3 +58,52 @@ def test_a_crashing_child_is_reported_not_raised(tmp_path: Path) -> None:
     assert result.timed_out_phase is None
     assert result.returncode == -11
     assert [e["event"] for e in result.events] == ["phase", "edge"]
+
+
+PARENT = """
+import sys
+from pathlib import Path
+from worker.stages.bounded import run_bounded
+tmp = Path(sys.argv[1])
+run_bounded("sleepy_stage", ["--partition-s", "60"], events_path=tmp / "events.jsonl",
+            bounds={"partition": 120}, first_phase="partition", log_path=tmp / "log.txt")
+"""
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux only")
+def test_a_sigkilled_parent_leaves_no_stage_child_behind(tmp_path: Path) -> None:
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([HERE, root, os.environ.get("PYTHONPATH", "")])}
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(tmp_path)], env=env)
+    children: list[int] = []
+    try:
+        deadline = time.monotonic() + 30
+        while not children or not (tmp_path / "events.jsonl").exists():
+            assert parent.poll() is None and time.monotonic() < deadline, "the stage child did not start"
+            path = Path(f"/proc/{parent.pid}/task/{parent.pid}/children")
+            children = [int(pid) for pid in path.read_text().split()]
+            time.sleep(0.1)
+        [child] = children
+        # The child has its own session: a kill of the parent's group would not reach it either.
+        assert os.getsid(child) == child
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while _running(child):
+            assert time.monotonic() < deadline, f"stage child {child} outlived its SIGKILLed parent"
+            time.sleep(0.1)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        for pid in children:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -3,12 +3,15 @@
 The child writes an event log (``events.py``); ``{"event": "phase", "phase": NAME}`` switches the phase
 whose clock is running. Each phase has its own bound over its cumulative time, so that a lowering that
 never ends still leaves the coverage numbers that partitioning produced before it. The child runs in its
-own process group and the whole group is killed, so no grandchild outlives the bound.
+own process group and the whole group is killed, so no grandchild outlives the bound; on Linux the child
+is also killed by the kernel when the process that started it dies (a SIGKILLed worker leaves none).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import os
 import signal
 import subprocess
@@ -22,6 +25,23 @@ from typing import Any
 from worker.stages.events import read_events
 
 POLL_S = 0.2
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _die_with_parent(parent: int) -> None:
+    """preexec_fn: ask the kernel to SIGKILL this child when the thread that forked it dies.
+
+    start_new_session takes the child out of the worker's process group, so a SIGKILL of the worker
+    (or of its whole group) would otherwise leave it running its stage to the end. Linux only; elsewhere
+    the child keeps running until its stage ends.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    # The parent may have died between fork and prctl: then the signal will never come.
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 @dataclass
@@ -54,6 +74,7 @@ def run_bounded(
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=functools.partial(_die_with_parent, os.getpid()),
             env=None if env is None else {**os.environ, **env},
         )
     phase, phase_start = first_phase, time.monotonic()

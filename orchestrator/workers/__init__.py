@@ -1,0 +1,1 @@
+"""CPU workers: registration, heartbeats, the online/offline state and their view."""

@@ -1,0 +1,133 @@
+"""Faults under a running sweep: a killed Celery pool child, and Redis restarted with every message lost.
+
+Real `coverfarm worker` (Celery) processes with the stand-in engine; the Redis restart test runs its
+own redis-server and orchestrator on free loopback ports, so the shared Redis is never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from farmtools import TOKEN, StartWorker, free_port, start_redis, start_server, stop, sweep_done, wait_for
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from orchestrator.models import Job, JobAttempt, JobStatus, Result
+
+
+def results_per_job(sessions: sessionmaker[Session], job_ids: list[int]) -> dict[int, int]:
+    with sessions() as session:
+        rows = session.execute(
+            select(Result.job_id, func.count()).where(Result.job_id.in_(job_ids)).group_by(Result.job_id)
+        ).all()
+    return {job_id: count for job_id, count in rows}
+
+
+def test_killed_pool_child_runs_again_at_once_with_one_result(
+    api: httpx.Client, start_worker: StartWorker, farm_sessions: sessionmaker[Session]
+) -> None:
+    start_worker("w-child", STANDIN_FIRST_ATTEMPT_SECONDS="60", STANDIN_SECONDS="0.2")
+    sweep = api.post(
+        "/api/sweeps", json={"policies": ["act"], "backends": ["vulkan"], "timeout_s": 30}
+    ).json()
+    job_id = sweep["cells"][0]["jobs"][0]["id"]
+
+    def pool_child() -> int | None:
+        with farm_sessions() as session:
+            job = session.get(Job, job_id)
+            return job.worker_pid if job is not None and job.status is JobStatus.RUNNING else None
+
+    pid = wait_for(pool_child, 30, "the worker's pool child to start the job")
+    os.kill(pid, signal.SIGKILL)  # only the pool child: the worker's main process lives on
+    killed = time.monotonic()
+
+    # Celery re-delivers the message (task_reject_on_worker_lost); the new pool child sees that the
+    # attempt's process is gone and runs the job again, well before the heartbeat timeout (8 s) would.
+    done: Any = wait_for(lambda: sweep_done(api, sweep["id"]), 60, "the job to run again")
+    job = done["cells"][0]["jobs"][0]
+    assert (job["status"], job["attempt"]) == ("ok", 2)
+    assert job["worker"].startswith("w-child@")
+    with farm_sessions() as session:
+        attempts = session.scalars(
+            select(JobAttempt).where(JobAttempt.job_id == job_id).order_by(JobAttempt.attempt)
+        ).all()
+        assert [(a.attempt, a.outcome) for a in attempts] == [(1, "lost"), (2, "ok")]
+        assert attempts[0].error == f"{job['worker']} lost process {pid} (attempt 1)"
+        assert (attempts[1].started_at - attempts[0].started_at).total_seconds() < 60
+    assert results_per_job(farm_sessions, [job_id]) == {job_id: 1}
+    assert time.monotonic() - killed < 60
+
+
+@dataclass
+class PrivateFarm:
+    """An orchestrator on the shared test database but its own redis-server, which a test may kill."""
+
+    env: dict[str, str]
+    url: str
+    redis_port: int
+    redis_dir: Path
+    redis: subprocess.Popen[bytes]
+
+    def kill_and_restart_redis(self) -> None:
+        # kill -9: Redis goes with every queued and unacknowledged message (it keeps nothing on disk).
+        self.redis.send_signal(signal.SIGKILL)
+        self.redis.wait()
+        time.sleep(1)
+        self.redis = start_redis(self.redis_port, self.redis_dir)
+
+
+@pytest.fixture
+def private_farm(farm_env: dict[str, str], tmp_path: Path) -> Iterator[PrivateFarm]:
+    port = free_port()
+    redis_dir = tmp_path / "redis"
+    redis_dir.mkdir()
+    env = farm_env | {
+        "COVERFARM_BROKER_URL": f"redis://127.0.0.1:{port}/0",
+        # Messages lost with Redis are sent again by the reconciler after this long.
+        "COVERFARM_RESEND_AFTER_S": "4",
+    }
+    farm = PrivateFarm(env, "", port, redis_dir, start_redis(port, redis_dir))
+    try:
+        server, farm.url = start_server(env, tmp_path / "serve.log")
+        try:
+            yield farm
+        finally:
+            stop(server)
+    finally:
+        stop(farm.redis)
+
+
+def test_sweep_completes_across_a_redis_restart(
+    private_farm: PrivateFarm, start_worker: StartWorker, farm_sessions: sessionmaker[Session]
+) -> None:
+    start_worker("w-redis", env=private_farm.env, STANDIN_SECONDS="1")
+    with httpx.Client(
+        base_url=private_farm.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10
+    ) as api:
+        sweep = api.post(
+            "/api/sweeps",
+            json={"policies": ["act", "diffusion"], "backends": ["vulkan", "xnnpack"], "timeout_s": 30},
+        ).json()
+        job_ids = [cell["jobs"][0]["id"] for cell in sweep["cells"]]
+
+        def some_running() -> bool:
+            with farm_sessions() as session:
+                statuses = session.scalars(select(Job.status).where(Job.id.in_(job_ids))).all()
+            return JobStatus.RUNNING in statuses
+
+        wait_for(some_running, 30, "the worker to start a job")
+        private_farm.kill_and_restart_redis()
+        # The worker reconnects; the running job finishes into the database; the three messages that
+        # Redis lost are sent again by the reconciler, and any duplicate is dropped by the worker.
+        done: Any = wait_for(lambda: sweep_done(api, sweep["id"]), 120, "the sweep to finish")
+    assert {cell["state"] for cell in done["cells"]} == {"ok"}
+    assert results_per_job(farm_sessions, job_ids) == dict.fromkeys(job_ids, 1)
