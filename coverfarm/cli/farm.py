@@ -42,8 +42,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     up = sub.add_parser(
         "up", help="serve, start a worker beside it and run a sweep through both (the embedded default)"
     )
-    up.add_argument("--policies", default="act", help="comma-separated (act)")
-    up.add_argument("--backends", default="xnnpack", help="comma-separated (xnnpack)")
+    # The quick rows first, so the grid fills in within minutes on a 2-core machine.
+    up.add_argument(
+        "--policies",
+        default="act,gaussian_actor,vqbet,multi_task_dit,tdmpc,diffusion",
+        help="comma-separated (every policy the engine supports, quickest first)",
+    )
+    up.add_argument("--backends", default="vulkan,xnnpack", help="comma-separated (vulkan,xnnpack)")
     up.add_argument("--host", help="address to bind (COVERFARM_HOST, 127.0.0.1)")
     up.add_argument("--port", type=int, help="port (COVERFARM_PORT, 8000)")
     up.add_argument("--once", action="store_true", help="stop after printing the report instead of serving")
@@ -218,11 +223,11 @@ def run_submit(args: argparse.Namespace) -> int:
     url = args.url.rstrip("/")
     sweep = _request("POST", f"{url}/api/sweeps", _token(args), json=body).json()
     print(f"sweep {sweep['id']}: {len(sweep['cells'])} cells queued", file=sys.stderr)
-    if not args.wait:
-        print(sweep["id"])
-        return 0
-    _wait(url, sweep["id"])
-    print(_request("GET", f"{url}/api/sweeps/{sweep['id']}/report.md").text)
+    print(f"grid: {url}/sweeps/{sweep['id']}", file=sys.stderr)
+    if args.wait:
+        _wait(url, sweep["id"])
+        print(_request("GET", f"{url}/api/sweeps/{sweep['id']}/report.md").text)
+    print(sweep["id"])  # alone on the last line, for scripts
     return 0
 
 

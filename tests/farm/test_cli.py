@@ -23,13 +23,15 @@ def test_submit_wait_status_report(
     assert code == 0
     assert "| act | 90 / 100 (90%) | 80% | 3 | ✓ |" in out
     assert "- pi05: RuntimeError: stand-in engine: pi05 cannot be traced" in out
-    sweep_id = int(out.split("\n", 1)[0].removeprefix("# Sweep "))
+    report, last = out.strip().rsplit("\n", 1)
+    sweep_id = int(last)  # the sweep id alone on the last line, after the report
+    assert report.startswith(f"# Sweep {sweep_id}")
 
     assert main(["sweep", "status", str(sweep_id), "--url", server]) == 0
     status = capsys.readouterr().out
     assert f"sweep {sweep_id}: done" in status and "pi05" in status and "failed" in status
     assert main(["sweep", "report", str(sweep_id), "--url", server]) == 0
-    assert capsys.readouterr().out.strip() == out.strip()
+    assert capsys.readouterr().out.strip() == report.strip()
 
 
 def test_user_mistakes_are_one_line_errors(server: str, capsys: pytest.CaptureFixture[str]) -> None:
