@@ -1,0 +1,86 @@
+"""Stock vs fast Vulkan lowering on real policies, side by side in one run, with the equality verdict.
+
+For each policy: the engine lowers it for Vulkan twice from the same trace, once with torch.fx's stock
+CapabilityBasedPartitioner and once with the exact fast partitioner plus the pattern-graph cache. It
+prints the partitioner's own seconds, the partition phase (to_edge + partitioning) and the export phase
+(lowering + to_executorch) of each, the speed-ups, and whether the two give the same numbers and
+byte-identical ``.pte`` files (which implies the same partitions).
+
+    python benchmarks/lowering_policies.py --policies act,vqbet --timeout 1800
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from coverfarm.result import Options, ResultDocument
+from worker.engine import analyze
+
+DEFAULT_POLICIES = "act,gaussian_actor,vqbet,multi_task_dit,diffusion,tdmpc"
+
+
+def partitioner_seconds(doc: ResultDocument) -> float:
+    return sum(v for k, v in doc.timings.items() if k.endswith(".partition_s"))
+
+
+def same(stock: ResultDocument, fast: ResultDocument) -> str:
+    if stock.export.status.value != "ok" or fast.export.status.value != "ok":
+        return f"not comparable (stock {stock.status.value}, fast {fast.status.value})"
+    fields = ("ops", "heavy_macs", "programs", "blockers")
+    if [getattr(stock, f) for f in fields] != [getattr(fast, f) for f in fields]:
+        return "NO: numbers differ"
+    for a, b in zip(stock.program_list, fast.program_list, strict=True):
+        if a.pte is None or b.pte is None or Path(a.pte).read_bytes() != Path(b.pte).read_bytes():
+            return f"NO: {a.name}.pte differs"
+    return "yes (same numbers, byte-identical .pte)"
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:6.1f}x" if a and b else "     -"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--policies", default=DEFAULT_POLICIES)
+    parser.add_argument("--timeout", type=float, default=1800.0)
+    args = parser.parse_args()
+
+    header = ("policy", "impl", "partitioner s", "partition phase s", "export phase s")
+    print("{:16s} {:5s} {:>13s} {:>17s} {:>14s}  programs".format(*header))
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = Path(tmp) / "traces"
+        for policy in args.policies.split(","):
+            docs = {}
+            for lowering in ("fast", "stock"):
+                options = Options(lowering=lowering, frames=1, timeout_s=args.timeout)
+                doc = analyze(policy, "vulkan", options, Path(tmp) / lowering, trace_cache=cache)
+                docs[lowering] = doc
+                part, phase, export = (
+                    partitioner_seconds(doc),
+                    doc.partition.seconds or 0.0,
+                    doc.export.seconds or 0.0,
+                )
+                line = f"{policy:16s} {lowering:5s} {part:13.1f} {phase:17.1f} {export:14.1f}"
+                print(f"{line}  {doc.programs.count}", flush=True)
+            stock, fast = docs["stock"], docs["fast"]
+            speedups = (
+                ratio(partitioner_seconds(stock), partitioner_seconds(fast)),
+                ratio(stock.partition.seconds, fast.partition.seconds),
+                ratio(stock.export.seconds, fast.export.seconds),
+            )
+            print(
+                "{:16s} speed-up: partitioner {}, partition phase {}, export phase {}; equal: {}".format(
+                    policy, *speedups, same(stock, fast)
+                ),
+                flush=True,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
