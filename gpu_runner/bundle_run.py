@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from coverfarm.digest import bundle_digest
 from gpu_runner import runtime
-from gpu_runner.digest import bundle_digest
 from gpu_runner.manifest import BundleError, Manifest, Plan, load_manifest
 from gpu_runner.probe import probe
 from gpu_runner.result import (

@@ -57,6 +57,32 @@ def _error_info(stage: str, event: dict[str, Any]) -> ErrorInfo:
     return ErrorInfo(stage=stage, type=event["type"], message=message, traceback=event.get("traceback"))
 
 
+def _phase_result(
+    phase: str,
+    noun: str,
+    errors: list[dict[str, Any]],
+    run: StageRun,
+    finished: bool,
+    seconds: float | None,
+    timeout_s: float,
+) -> StageResult:
+    """How one phase ended: its first error, its bound running out, every program done, or the child
+    dying without a word."""
+    if errors:
+        return StageResult(status=StageStatus.FAILED, seconds=seconds, error=_error_info(phase, errors[0]))
+    if run.timed_out_phase == phase:
+        error = ErrorInfo(stage=phase, type="Timeout", message=f"{noun} took over {timeout_s:.0f} s")
+        return StageResult(status=StageStatus.SLOW, seconds=seconds, error=error)
+    if finished:
+        return StageResult(status=StageStatus.OK, seconds=seconds)
+    died = ErrorInfo(
+        stage=phase,
+        type="ChildProcessDied",
+        message=f"the lower process exited with status {run.returncode}\n{run.log_tail}",
+    )
+    return StageResult(status=StageStatus.FAILED, seconds=seconds, error=died)
+
+
 def fold_lower_events(
     doc: ResultDocument, manifest: dict[str, Any], trace_dir: Path, run: StageRun, timeout_s: float
 ) -> None:
@@ -123,57 +149,15 @@ def fold_lower_events(
     errors = _errors_by_phase(run.events)
     partition_s = run.phase_seconds.get("partition")
     export_s = run.phase_seconds.get("export")
-    if errors.get("partition"):
-        doc.partition = StageResult(
-            status=StageStatus.FAILED,
-            seconds=partition_s,
-            error=_error_info("partition", errors["partition"][0]),
-        )
-    elif run.timed_out_phase == "partition":
-        doc.partition = StageResult(
-            status=StageStatus.SLOW,
-            seconds=partition_s,
-            error=ErrorInfo(
-                stage="partition", type="Timeout", message=f"partitioning took over {timeout_s:.0f} s"
-            ),
-        )
-    elif all_partitioned:
-        doc.partition = StageResult(status=StageStatus.OK, seconds=partition_s)
-    else:
-        doc.partition = StageResult(
-            status=StageStatus.FAILED,
-            seconds=partition_s,
-            error=ErrorInfo(
-                stage="partition",
-                type="ChildProcessDied",
-                message=f"the lower process exited with status {run.returncode}\n{run.log_tail}",
-            ),
-        )
-
-    all_exported = all(p.pte is not None for p in results)
+    doc.partition = _phase_result(
+        "partition", "partitioning", errors.get("partition", []), run, all_partitioned, partition_s, timeout_s
+    )
     if doc.partition.status is not StageStatus.OK and not errors.get("export"):
         doc.export = StageResult(status=StageStatus.NOT_RUN)
-    elif errors.get("export"):
-        doc.export = StageResult(
-            status=StageStatus.FAILED, seconds=export_s, error=_error_info("export", errors["export"][0])
-        )
-    elif run.timed_out_phase == "export":
-        doc.export = StageResult(
-            status=StageStatus.SLOW,
-            seconds=export_s,
-            error=ErrorInfo(stage="export", type="Timeout", message=f"export took over {timeout_s:.0f} s"),
-        )
-    elif all_exported:
-        doc.export = StageResult(status=StageStatus.OK, seconds=export_s)
     else:
-        doc.export = StageResult(
-            status=StageStatus.FAILED,
-            seconds=export_s,
-            error=ErrorInfo(
-                stage="export",
-                type="ChildProcessDied",
-                message=f"the lower process exited with status {run.returncode}\n{run.log_tail}",
-            ),
+        all_exported = all(p.pte is not None for p in results)
+        doc.export = _phase_result(
+            "export", "export", errors.get("export", []), run, all_exported, export_s, timeout_s
         )
 
     for name, seen in by_program.items():

@@ -13,7 +13,6 @@ The bundle's address is the sha256 of its sorted (relative path, file sha256) li
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import tempfile
@@ -22,25 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from coverfarm.digest import bundle_digest
 from coverfarm.result import Bundle, ResultDocument
 
 MANIFEST = "manifest.json"
 BUNDLE_FORMAT = 1
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def bundle_digest(root: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        digest.update(f"{path.relative_to(root).as_posix()}\0{file_sha256(path)}\n".encode())
-    return digest.hexdigest()
 
 
 def _spec(array: np.ndarray) -> dict[str, Any]:

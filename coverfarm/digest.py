@@ -1,8 +1,6 @@
-"""The bundle's address, recomputed on the device without importing the engine.
-
-A torch-free copy of ``worker.bundle.bundle_digest`` (the worker package imports torch): sha256 over the
-sorted ``"<relative path>\\0<file sha256>\\n"`` lines of every file under the bundle directory. A test
-checks that both give the same digest on a real bundle, so the two cannot drift apart unnoticed.
+"""A bundle's address: the engine computes it when it writes a bundle, a device runner recomputes it to
+verify what it fetched. sha256 over the sorted ``"<relative path>\\0<file sha256>\\n"`` lines of every
+file under the bundle directory. No torch, so both sides can import it.
 """
 
 from __future__ import annotations
