@@ -76,7 +76,14 @@ def capability_reasons(support: OperatorSupportBase, graph_module: torch.fx.Grap
             if node.op != "call_function":
                 continue
             said.clear()
-            accepted = support.is_node_supported(submodules, node)
+            try:
+                accepted = support.is_node_supported(submodules, node)
+            except Exception as error:
+                # The backend's own check crashed: that is the finding; say on which node.
+                error.add_note(
+                    f"raised by {type(support).__name__}.is_node_supported on {node.format_node()}"
+                )
+                raise
             reasons[node] = None if accepted else (said[-1] if said else "refused by the support check")
     finally:
         if hooked:

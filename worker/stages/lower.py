@@ -126,7 +126,7 @@ def lower_all(
                 "error",
                 program=name,
                 type=f"{type(error).__module__}.{type(error).__qualname__}".removeprefix("builtins."),
-                message=str(error),
+                message="\n".join([str(error), *getattr(error, "__notes__", [])]),
                 traceback=traceback.format_exc(),
             )
     return failed
