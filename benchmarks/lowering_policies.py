@@ -29,9 +29,9 @@ def partitioner_seconds(doc: ResultDocument) -> float:
 def same(stock: ResultDocument, fast: ResultDocument) -> str:
     if stock.export.status.value != "ok" or fast.export.status.value != "ok":
         return f"not comparable (stock {stock.status.value}, fast {fast.status.value})"
-    fields = ("ops", "heavy_macs", "programs", "blockers")
-    if [getattr(stock, f) for f in fields] != [getattr(fast, f) for f in fields]:
-        return "NO: numbers differ"
+    for field in ("ops", "heavy_macs", "programs", "blockers"):
+        if getattr(stock, field) != getattr(fast, field):
+            return f"NO: {field} differ: stock {getattr(stock, field)!r} fast {getattr(fast, field)!r}"
     for a, b in zip(stock.program_list, fast.program_list, strict=True):
         if a.pte is None or b.pte is None or Path(a.pte).read_bytes() != Path(b.pte).read_bytes():
             return f"NO: {a.name}.pte differs"
