@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -59,6 +60,20 @@ def get_backend(name: str) -> Backend:
         raise UserError(f"unknown backend {name!r}; known: {', '.join(sorted(BACKENDS))}") from None
 
 
+_SET_LITERAL = re.compile(r"\{([^{}]*)\}")
+
+
+def canonical_reason(reason: str) -> str:
+    """The reason with the items of any ``{...}`` set it prints in sorted order.
+
+    VulkanSupportedOperators formats Python sets of dtypes into its reasons
+    (``input[1] dtype torch.int64 not in {torch.float16, torch.float32}``); a set's order changes from
+    process to process, so the same refusal would read differently in two runs and split one blocker
+    group in two. Only the order of the listed items changes.
+    """
+    return _SET_LITERAL.sub(lambda m: "{" + ", ".join(sorted(m.group(1).split(", "))) + "}", reason)
+
+
 def capability_reasons(support: OperatorSupportBase, graph_module: torch.fx.GraphModule) -> Reasons:
     """Ask a CapabilityBasedPartitioner's support check about every call_function node, with reasons.
 
@@ -84,7 +99,9 @@ def capability_reasons(support: OperatorSupportBase, graph_module: torch.fx.Grap
                     f"raised by {type(support).__name__}.is_node_supported on {node.format_node()}"
                 )
                 raise
-            reasons[node] = None if accepted else (said[-1] if said else "refused by the support check")
+            reasons[node] = (
+                None if accepted else canonical_reason(said[-1] if said else "refused by the support check")
+            )
     finally:
         if hooked:
             del support.log_skip  # type: ignore[attr-defined]

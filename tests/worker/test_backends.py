@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from worker.backends import capability_reasons
+from worker.backends import canonical_reason, capability_reasons
 
 
 class RefusesRelu(OperatorSupportBase):
@@ -49,3 +49,10 @@ def test_a_crash_inside_the_check_names_the_node() -> None:
     with pytest.raises(AttributeError) as raised:
         capability_reasons(RefusesRelu(), graph(torch.sigmoid, torch.tanh))
     assert "raised by RefusesRelu.is_node_supported on %tanh" in raised.value.__notes__[0]
+
+
+def test_set_literals_in_reasons_read_the_same_in_every_process() -> None:
+    a = canonical_reason("input[1] dtype torch.int64 not in {torch.float32, torch.float16}")
+    b = canonical_reason("input[1] dtype torch.int64 not in {torch.float16, torch.float32}")
+    assert a == b == "input[1] dtype torch.int64 not in {torch.float16, torch.float32}"
+    assert canonical_reason("no operator implementation") == "no operator implementation"
