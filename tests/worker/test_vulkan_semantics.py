@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 from lowerhelp import blockers, lower_events
+from tracker_repros import Blocks
 
 from worker.lowering.pattern_cache import cached_pattern_graphs
 
@@ -99,21 +100,6 @@ class Chain(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for layer in self.layers:
             x = torch.sigmoid(torch.nn.functional.elu(layer(x)))
-        return x
-
-
-class Blocks(torch.nn.Module):
-    """The tracker's repro 4: each block's elu is a side branch, so the supported ops stay connected,
-    yet the partitioner needs a partition per block to avoid a cycle through each elu."""
-
-    def __init__(self, n: int) -> None:
-        super().__init__()
-        self.layers = torch.nn.ModuleList(torch.nn.Linear(32, 32) for _ in range(n))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self.layers:
-            a = layer(x)
-            x = a * torch.sigmoid(a) + torch.nn.functional.elu(a)
         return x
 
 

@@ -19,6 +19,7 @@ from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import _get_qualified_name
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partition
 from torch.fx.passes.operator_support import OperatorSupportBase
+from tracker_repros import Blocks
 
 from worker.lowering.exact_partitioner import ExactCapabilityPartitioner
 
@@ -233,20 +234,6 @@ def test_graph_not_in_topological_order_falls_back_to_stock() -> None:
     nodes["a"].append(nodes["c"])  # c now sits before its input b
     assert_same_as_stock(gm, {"a", "b", "c", "d"})
     assert_same_as_stock(gm, {"a", "c", "d"}, allows_single_node_partition=True)
-
-
-class Blocks(torch.nn.Module):
-    """Repro 4 of the tracker issue: an elu side branch per block stays on the CPU."""
-
-    def __init__(self, n: int) -> None:
-        super().__init__()
-        self.layers = torch.nn.ModuleList(torch.nn.Linear(32, 32) for _ in range(n))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self.layers:
-            a = layer(x)
-            x = a * torch.sigmoid(a) + torch.nn.functional.elu(a)
-        return x
 
 
 def test_repro4_vulkan_tags_match_stock() -> None:

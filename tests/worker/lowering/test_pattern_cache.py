@@ -12,24 +12,11 @@ from executorch.backends.vulkan.patterns import pattern_registry
 from executorch.backends.vulkan.patterns.pattern_registry import GetGraphFn
 from executorch.exir import to_edge_transform_and_lower
 from torch.fx.graph_module import GraphModule
+from tracker_repros import Blocks
 
 from worker.lowering.pattern_cache import cached_pattern_graphs
 
 BLOCKS = 5  # 6 Vulkan partitions: enough to show the per-partition rebuild, cheap enough to run twice
-
-
-class Blocks(torch.nn.Module):
-    """Repro 4 of the tracker issue: an elu side branch per block stays on the CPU."""
-
-    def __init__(self, n: int) -> None:
-        super().__init__()
-        self.layers = torch.nn.ModuleList(torch.nn.Linear(32, 32) for _ in range(n))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self.layers:
-            a = layer(x)
-            x = a * torch.sigmoid(a) + torch.nn.functional.elu(a)
-        return x
 
 
 @pytest.fixture
