@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import queue
-import signal
 import socket
 import statistics
 import subprocess
@@ -40,6 +39,7 @@ import psycopg
 from celery import Celery
 from sqlalchemy.orm import Session, sessionmaker
 
+from coverfarm.processes import stop_group
 from coverfarm.queues import QUEUE_LOWER
 from coverfarm.result import HeavyMacs, Ops, Options, Programs, ResultDocument, StageResult, StageStatus
 from coverfarm.settings import Settings
@@ -66,13 +66,7 @@ def free_port() -> int:
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    stop_group(process, grace_s=15)
 
 
 def percentile(values: list[float], share: float) -> float:

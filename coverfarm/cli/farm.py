@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
 import subprocess
 import sys
 import threading
@@ -21,6 +19,7 @@ from typing import Any
 import httpx
 
 from coverfarm.errors import UserError
+from coverfarm.processes import stop_group
 from coverfarm.settings import Settings, get_settings
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -127,19 +126,9 @@ def run_up(args: argparse.Namespace) -> int:
             serving.join()
         return code
     finally:
-        _stop_group(worker)
+        stop_group(worker)
         server.should_exit = True
         serving.join()
-
-
-def _stop_group(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
 
 
 def run_worker(args: argparse.Namespace) -> int:

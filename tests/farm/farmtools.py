@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -13,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from coverfarm.processes import stop_group
 
 StartWorker = Callable[..., subprocess.Popen[bytes]]
 
@@ -118,10 +119,4 @@ def start_redis(port: int, folder: Path) -> subprocess.Popen[bytes]:
 
 def stop(process: subprocess.Popen[bytes]) -> None:
     """SIGTERM the process group (a warm shutdown), SIGKILL it if that takes over 10 s."""
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    stop_group(process, grace_s=10)
