@@ -7,6 +7,9 @@ prints the partitioner's own seconds, the partition phase (to_edge + partitionin
 byte-identical ``.pte`` files (which implies the same partitions).
 
     python benchmarks/lowering_policies.py --policies act,vqbet --timeout 1800
+
+Traces come from the engine's trace cache (``COVERFARM_TRACE_CACHE``, or ``--trace-cache``), so a policy
+traced before is not traced again.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from coverfarm.result import Options, ResultDocument
-from worker.engine import analyze
+from worker.engine import analyze, default_trace_cache
 
 DEFAULT_POLICIES = "act,gaussian_actor,vqbet,multi_task_dit,diffusion,tdmpc"
 
@@ -48,12 +51,13 @@ def main() -> int:
     )
     parser.add_argument("--policies", default=DEFAULT_POLICIES)
     parser.add_argument("--timeout", type=float, default=1800.0)
+    parser.add_argument("--trace-cache", type=Path, default=None, help="default: the engine's cache")
     args = parser.parse_args()
 
     header = ("policy", "impl", "partitioner s", "partition phase s", "export phase s")
     print("{:16s} {:5s} {:>13s} {:>17s} {:>14s}  programs".format(*header))
     with tempfile.TemporaryDirectory() as tmp:
-        cache = Path(tmp) / "traces"
+        cache = args.trace_cache or default_trace_cache()
         for policy in args.policies.split(","):
             docs = {}
             for lowering in ("fast", "stock"):

@@ -5,7 +5,10 @@ example of partitioning time growing much faster than the graph. For each size t
 of ``VulkanPartitioner().partition(ep)`` with torch.fx's partitioner ("stock") and with
 ``ExactCapabilityPartitioner`` ("fast") side by side, the speed-up, and whether every node got the same
 ``delegation_tag``. Both run with the pattern-graph cache on and warm, so the columns differ only in the
-partitioner. Then it lowers repro 4 to a .pte with the cache off and on and compares the bytes.
+partitioner. Then it lowers repro 4 to a .pte three ways -- upstream as is, with the pattern-graph cache,
+and with everything ``lowering: fast`` adds to it (the cache and one recompile per program instead of one
+per partition) -- and compares the bytes. CPU seconds are printed beside wall seconds, since this machine
+is shared.
 
     python benchmarks/partitioner.py                   # 50, 100, 200, 400 blocks (400 stock: minutes)
     python benchmarks/partitioner.py --blocks 50 100 --runs 5 --cache-blocks 0
@@ -17,12 +20,15 @@ import argparse
 import logging
 import statistics
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
 from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
 from executorch.exir import to_edge, to_edge_transform_and_lower
 from torch.export import ExportedProgram
 
+from worker.lowering.fast import fast_lowering
 from worker.lowering.partitioner_impl import PartitionerImpl, capability_partitioner
 from worker.lowering.pattern_cache import cached_pattern_graphs
 
@@ -84,27 +90,28 @@ def compare_partitioners(sizes: list[int], runs: int, stock_runs_limit: int) -> 
 
 
 def compare_pattern_cache(n: int) -> None:
-    """Seconds of a full lowering to .pte of repro 4 at n blocks, without and with the cache."""
-    results: dict[str, tuple[float, bytes]] = {}
+    """Seconds of a full lowering to .pte of repro 4 at n blocks: upstream, + pattern cache, fast."""
+    contexts: dict[str, Callable[[], AbstractContextManager[None]]] = {
+        "upstream": nullcontext,
+        "pattern cache": cached_pattern_graphs,
+        "fast (cache + one recompile)": fast_lowering,
+    }
     torch.manual_seed(0)
-    model = Blocks(n)  # one model, so both lowerings see the same weights
-    for label in ("off", "on"):
+    model = Blocks(n)  # one model, so every lowering sees the same weights
+    first: bytes | None = None
+    print(f"repro 4 at {n} blocks, to_edge_transform_and_lower + to_executorch (stock partitioner):")
+    for label, context in contexts.items():
         ep = export_blocks(n, model)
-        start = time.perf_counter()
-        if label == "on":
-            with cached_pattern_graphs():
-                program = to_edge_transform_and_lower(ep, partitioner=[VulkanPartitioner()])
-                buffer = program.to_executorch().buffer
-        else:
-            program = to_edge_transform_and_lower(ep, partitioner=[VulkanPartitioner()])
-            buffer = program.to_executorch().buffer
-        results[label] = (time.perf_counter() - start, buffer)
-    (off_s, off_pte), (on_s, on_pte) = results["off"], results["on"]
-    print(
-        f"pattern cache, repro 4 at {n} blocks, to_edge_transform_and_lower + to_executorch: "
-        f"off {off_s:.1f} s, on {on_s:.1f} s ({off_s / on_s:.1f}x), "
-        f".pte {len(on_pte)} bytes, byte-identical: {'yes' if off_pte == on_pte else 'NO'}"
-    )
+        wall, cpu = time.perf_counter(), time.process_time()
+        with context():
+            buffer = to_edge_transform_and_lower(ep, partitioner=[VulkanPartitioner()]).to_executorch().buffer
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        first = buffer if first is None else first
+        print(
+            f"  {label:30s} {wall:7.1f} s wall {cpu:7.1f} s CPU  .pte {len(buffer)} bytes, "
+            f"byte-identical to upstream: {'yes' if buffer == first else 'NO'}",
+            flush=True,
+        )
 
 
 def main() -> None:

@@ -1,1 +1,1 @@
-"""Lowering helpers: a fast exact partitioner, its switch, and the Vulkan pattern-graph cache."""
+"""Lowering helpers: the exact fast partitioner, its switch, and the per-partition work fast skips."""
