@@ -1,8 +1,10 @@
 """Run one bundle on this host: verify its address, replay its test case, check 16 frames, time a chunk.
 
-numpy and the ExecuTorch runtime only (through ``gpu_runner.runtime``). Whatever goes wrong in the
-runtime (a backend that is not registered, a program it refuses) becomes a failed result with its cause,
-not a crash; a bundle whose content does not match its address is refused before anything is loaded.
+numpy and an ExecuTorch runtime only, behind ``gpu_runner.runtime.ProgramRuntime``: the Python
+``executorch.runtime`` or a native ``executor_runner`` (``gpu_runner.runtime_choice`` picks; the result
+records which, and how its latency was measured). Whatever goes wrong in the runtime (a backend that
+is not registered, a program it refuses) becomes a failed result with its cause, not a crash; a bundle
+whose content does not match its address is refused before anything is loaded.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 
 from coverfarm.digest import bundle_digest
 from gpu_runner import runtime
+from gpu_runner import runtime as runtime_module  # ``run_bundle``'s ``runtime`` argument hides the name
 from gpu_runner.manifest import BundleError, Manifest, Plan, load_manifest
 from gpu_runner.probe import probe
 from gpu_runner.result import (
@@ -27,13 +30,15 @@ from gpu_runner.result import (
     ProgramCheck,
     Tolerance,
 )
+from gpu_runner.runtime_choice import RuntimeChoice, choose_runtime
 from gpu_runner.stats import latency_stats
 
 DEFAULT_WARMUP = 3
 DEFAULT_ITERATIONS = 20
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
-Programs = Mapping[str, runtime.LoadedProgram]
+Programs = Mapping[str, runtime.Program]
+Recorded = list[tuple[str, list[np.ndarray]]]
 
 
 def verify(bundle: Path, expected: str | None = None) -> str:
@@ -55,7 +60,11 @@ def run_bundle(
     expected_sha256: str | None = None,
     warmup: int = DEFAULT_WARMUP,
     iterations: int = DEFAULT_ITERATIONS,
+    runtime: RuntimeChoice | runtime_module.ProgramRuntime = "auto",
+    executor_runner: Path | None = None,
 ) -> DeviceResult:
+    """``runtime``: ``auto``, ``python``, ``native`` or a runtime object; ``executor_runner``: the native
+    binary (default ``COVERFARM_EXECUTOR_RUNNER``)."""
     try:
         sha = verify(bundle, expected_sha256)
         manifest = load_manifest(bundle)
@@ -63,27 +72,45 @@ def run_bundle(
         return _finish(
             DeviceResult(bundle_sha256=expected_sha256 or bundle.name, status="failed", error=str(error))
         )
-    report = probe()
+    try:
+        engine = (
+            choose_runtime(runtime, manifest.backend, executor_runner)
+            if isinstance(runtime, str)
+            else runtime
+        )
+    except runtime_module.RuntimeFailure as error:
+        return _finish(
+            DeviceResult(
+                bundle_sha256=sha,
+                policy=manifest.policy,
+                backend=manifest.backend,
+                status="failed",
+                error=str(error),
+            )
+        )
+    report = probe(python_runtime=engine.kind == "python", executor_runner=executor_runner)
     result = DeviceResult(
         bundle_sha256=sha,
         policy=manifest.policy,
         backend=manifest.backend,
         device_class=_device_class(report.device_classes, manifest.backend),
+        runtime=engine.kind,
         probe=report,
         tolerance=Tolerance(rtol=manifest.tolerance.rtol, atol=manifest.tolerance.atol),
         status="ok",
     )
     try:
-        # probe() has imported the runtime already, so this times loading the programs and nothing else.
+        if isinstance(engine, runtime_module.PythonRuntime):
+            engine.prepare()  # import it first, so this times loading the programs and nothing else
         start = time.perf_counter()
         programs = {
-            p.name: runtime.load_program(p.name, bundle / p.pte, manifest.backend) for p in manifest.programs
+            p.name: engine.load_program(p, bundle / p.pte, manifest.backend) for p in manifest.programs
         }
         load_ms = (time.perf_counter() - start) * 1e3
         result.testcase = replay_testcase(bundle, manifest, programs)
         result.frames = check_frames(bundle, manifest, programs)
-        result.latency = time_chunk(bundle, manifest, programs, warmup, iterations, load_ms)
-    except (runtime.RuntimeFailure, BundleError) as error:
+        result.latency = time_chunk(bundle, manifest, programs, warmup, iterations, load_ms, engine=engine)
+    except (runtime_module.RuntimeFailure, BundleError) as error:
         result.status, result.error = "failed", str(error)
         return _finish(result)
     wrong = _verdict(result, manifest.tolerance.atol, manifest.tolerance.rtol)
@@ -190,14 +217,20 @@ def replay_testcase(bundle: Path, manifest: Manifest, programs: Programs) -> lis
     return checks
 
 
-def run_plan(plan: Plan, programs: Programs, env: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """One action chunk: the plan's calls in order, each fed its inputs by name from what came before."""
+def run_plan(
+    plan: Plan, programs: Programs, env: Mapping[str, np.ndarray], record: Recorded | None = None
+) -> dict[str, np.ndarray]:
+    """One action chunk: the plan's calls in order, each fed its inputs by name from what came before
+    (``record`` receives each call's program name and inputs)."""
     values = dict(env)
     for call in plan.calls:
         missing = [name for name in call.inputs if name not in values]
         if missing:
             raise BundleError(f"the plan feeds {call.program} with {missing}, which nothing produced")
-        outputs = programs[call.program]([values[name] for name in call.inputs])
+        inputs = [values[name] for name in call.inputs]
+        if record is not None:
+            record.append((call.program, inputs))
+        outputs = programs[call.program](inputs)
         if len(outputs) != len(call.outputs):
             raise runtime.RuntimeFailure(
                 f"program {call.program} returned {len(outputs)} outputs, the plan names {len(call.outputs)}"
@@ -240,14 +273,24 @@ def check_frames(bundle: Path, manifest: Manifest, programs: Programs) -> Frames
 
 
 def time_chunk(
-    bundle: Path, manifest: Manifest, programs: Programs, warmup: int, iterations: int, load_ms: float
+    bundle: Path,
+    manifest: Manifest,
+    programs: Programs,
+    warmup: int,
+    iterations: int,
+    load_ms: float,
+    engine: runtime.ProgramRuntime | None = None,
 ) -> LatencyStats:
+    """Frame 0's action chunk, timed the way ``engine`` can time it honestly (its ``time_chunk``)."""
+    engine = engine or runtime_module.PythonRuntime()
     env = _frame_env(manifest, _npz(bundle, "frames.npz"), _npz(bundle, "constants.npz"), 0)
-    for _ in range(warmup):
-        run_plan(manifest.plan, programs, env)
-    samples = []
-    for _ in range(iterations):
-        start = time.perf_counter_ns()
-        run_plan(manifest.plan, programs, env)
-        samples.append((time.perf_counter_ns() - start) / 1e6)
-    return latency_stats(samples, warmup, load_ms)
+    record: Recorded = []
+    if engine.kind == "native":  # it times each call apart, on that call's real inputs (fed back)
+        run_plan(manifest.plan, programs, env, record)
+    calls = [(programs[name], inputs) for name, inputs in record]
+    samples, method = engine.time_chunk(
+        lambda: run_plan(manifest.plan, programs, env), calls, warmup, iterations
+    )
+    stats = latency_stats(samples, warmup, load_ms)
+    stats.method = method
+    return stats

@@ -1,8 +1,11 @@
-"""What this host is: board and CPU, Vulkan devices, the ExecuTorch runtime and its backends, thermal zones.
+"""What this host is: board, CPU, Vulkan devices, the ExecuTorch runtimes and their backends, thermal zones.
 
-The device classes a runner offers follow from it: ``cpu-<arch>-xnnpack`` when the runtime registers
-XnnpackBackend, ``<gpu>-vulkan`` (``mali-g610-vulkan``, ``h100-vulkan``, ``llvmpipe-vulkan``) for each
-Vulkan device only when it registers VulkanBackend: a GPU the runtime cannot use is no device class.
+Two runtimes can execute programs (gpu_runner/runtime.py): the installed Python ``executorch.runtime``,
+asked through its ``backend_registry``, and a native ``executor_runner`` binary when one is configured,
+whose backends are the registration names linked into it (gpu_runner/native_runtime.py). The device
+classes a runner offers follow from both: ``cpu-<arch>-xnnpack`` when either has XnnpackBackend,
+``<gpu>-vulkan`` (``mali-g610-vulkan``, ``h100-vulkan``, ``llvmpipe-vulkan``) for each Vulkan device only
+when either has VulkanBackend: a GPU no runtime can use is no device class.
 """
 
 from __future__ import annotations
@@ -14,8 +17,15 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from gpu_runner import runtime
-from gpu_runner.result import Board, ExecutorchInfo, ProbeReport, ThermalZone, VulkanDevice
+from gpu_runner import native_runtime, runtime
+from gpu_runner.result import (
+    Board,
+    ExecutorchInfo,
+    NativeRuntimeInfo,
+    ProbeReport,
+    ThermalZone,
+    VulkanDevice,
+)
 
 # PCI / Khronos vendor ids as vulkaninfo prints them.
 VENDORS = {
@@ -151,8 +161,16 @@ def thermal_zones(root: Path = Path("/sys/class/thermal")) -> list[ThermalZone]:
     return zones
 
 
-def executorch_info() -> ExecutorchInfo:
+NOT_ASKED = (
+    "not asked: this run uses the native executor_runner, and loading the Python runtime would map "
+    "libtorch into the runner"
+)
+
+
+def executorch_info(ask: bool = True) -> ExecutorchInfo:
     version = runtime.executorch_version()
+    if not ask:
+        return ExecutorchInfo(version=version, error=NOT_ASKED)
     try:
         return ExecutorchInfo(version=version, registered_backends=runtime.registered_backends())
     except runtime.RuntimeFailure as error:
@@ -173,17 +191,26 @@ def gpu_slug(name: str) -> str:
 
 
 def device_classes(
-    board: Board, devices: list[VulkanDevice], vulkan_status: str, info: ExecutorchInfo
+    board: Board,
+    devices: list[VulkanDevice],
+    vulkan_status: str,
+    info: ExecutorchInfo,
+    native: NativeRuntimeInfo | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     classes: list[str] = []
     not_offered: dict[str, str] = {}
     registered = set(info.registered_backends)
     where = f"ExecuTorch runtime {info.version or '(unknown version)'}"
-    if info.error:
+    if native is not None and native.status == "ok":
+        registered |= set(native.registered_backends)
+        where += f" or the executor_runner {native.path}"
+    elif native is not None and native.path is not None:
+        not_offered["native"] = native.status  # a binary was given but cannot be used
+    if info.error and info.error != NOT_ASKED:
         not_offered["runtime"] = info.error
     if runtime.RUNTIME_BACKEND["xnnpack"] in registered:
         classes.append(f"cpu-{board.arch}-xnnpack")
-    elif not info.error:
+    elif not info.error or info.error == NOT_ASKED:
         not_offered["xnnpack"] = f"XnnpackBackend is not registered in the {where}"
     if runtime.RUNTIME_BACKEND["vulkan"] not in registered:
         gpus = ", ".join(d.name for d in devices) or vulkan_status
@@ -195,16 +222,19 @@ def device_classes(
     return classes, not_offered
 
 
-def probe() -> ProbeReport:
+def probe(*, python_runtime: bool = True, executor_runner: Path | None = None) -> ProbeReport:
+    """The host; ``python_runtime=False`` leaves the Python runtime unloaded (a native-runtime run)."""
     host = board()
     devices, vulkan_status = vulkan_devices()
-    info = executorch_info()
-    classes, not_offered = device_classes(host, devices, vulkan_status, info)
+    info = executorch_info(ask=python_runtime)
+    native = native_runtime.describe_binary(native_runtime.configured_path(executor_runner))
+    classes, not_offered = device_classes(host, devices, vulkan_status, info, native)
     return ProbeReport(
         board=host,
         vulkan_devices=devices,
         vulkan_status=vulkan_status,
         executorch=info,
+        native_runtime=native,
         thermal_zones=thermal_zones(),
         device_classes=classes,
         not_offered=not_offered,
@@ -220,6 +250,14 @@ def describe(report: ProbeReport) -> str:
         f"executorch:   {report.executorch.version or 'not installed'}; backends: "
         + (", ".join(report.executorch.registered_backends) or report.executorch.error or "none"),
     ]
+    native = report.native_runtime
+    if native is not None and native.status == "ok":
+        lines.append(
+            f"native:       {native.path}; backends: {', '.join(native.registered_backends) or 'none'}"
+            f" ({native.backends_from}){'; bundled IO' if native.bundle_io else ''}"
+        )
+    elif native is not None:
+        lines.append(f"native:       {native.status}")
     if report.vulkan_devices:
         for d in report.vulkan_devices:
             limit = d.limits.get("maxImageDimension3D")

@@ -41,6 +41,17 @@ class ExecutorchInfo(BaseModel):
     error: str | None = None  # why the runtime could not be asked (not installed, failed to load)
 
 
+class NativeRuntimeInfo(BaseModel):
+    """A native ``executor_runner`` binary configured for this host (gpu_runner/native_runtime.py)."""
+
+    path: str | None = None
+    status: str  # "ok", "none configured (...)", or why the binary cannot be used
+    registered_backends: list[str] = Field(default_factory=list)
+    backends_from: str | None = None  # how the backends were found out
+    flags: list[str] = Field(default_factory=list)  # what its --helpshort lists
+    bundle_io: bool = False  # built with bundled IO (--bundleio_rtol/--bundleio_atol)
+
+
 class ThermalZone(BaseModel):
     name: str
     type: str | None = None
@@ -51,7 +62,8 @@ class ProbeReport(BaseModel):
     board: Board
     vulkan_devices: list[VulkanDevice] = Field(default_factory=list)
     vulkan_status: str  # "ok", or why there are none ("vulkaninfo not installed", "no device", ...)
-    executorch: ExecutorchInfo
+    executorch: ExecutorchInfo  # the Python runtime (executorch.runtime)
+    native_runtime: NativeRuntimeInfo | None = None
     thermal_zones: list[ThermalZone] = Field(default_factory=list)
     device_classes: list[str] = Field(default_factory=list)
     not_offered: dict[str, str] = Field(default_factory=dict)  # backend -> one line saying why no class
@@ -98,6 +110,7 @@ class LatencyStats(BaseModel):
     cv: float  # sample standard deviation / mean
     stable: bool
     load_ms: float  # loading every program and method, measured apart from the steady state
+    method: str | None = None  # what one sample covers, as the runtime that produced it measured it
 
 
 class Tolerance(BaseModel):
@@ -111,6 +124,7 @@ class DeviceResult(BaseModel):
     policy: str | None = None
     backend: str | None = None
     device_class: str | None = None
+    runtime: Literal["python", "native"] | None = None  # which runtime executed the programs
     probe: ProbeReport | None = None
     tolerance: Tolerance | None = None
     testcase: list[ProgramCheck] = Field(default_factory=list)

@@ -7,6 +7,10 @@ link libtorch, and accept and return only ``torch.Tensor`` ("Unsupported python 
 whatever the runner does. The runner's own code never imports torch; ``_tensor_io`` borrows the tensor
 type the runtime already loaded, to wrap numpy arrays without copying. A runtime built without torch
 needs only that function changed.
+
+It also defines the interface every way of executing a program implements (``ProgramRuntime``): this
+Python runtime (``PythonRuntime``) and a native ``executor_runner`` binary
+(``gpu_runner.native_runtime.NativeRuntime``). The bundle runner talks to that interface only.
 """
 
 from __future__ import annotations
@@ -14,11 +18,14 @@ from __future__ import annotations
 import importlib.metadata
 import re
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Protocol
 
 import numpy as np
+
+from gpu_runner.manifest import ProgramSpec
 
 # The runtime name of each coverfarm backend's delegate, as ``backend_registry`` lists it.
 RUNTIME_BACKEND = {"vulkan": "VulkanBackend", "xnnpack": "XnnpackBackend"}
@@ -110,3 +117,73 @@ def libtorch_libraries() -> list[str]:
         return []
     found = {m.group(1) for line in lines if (m := _LIBTORCH.search(line))}
     return sorted(found)
+
+
+RuntimeKind = Literal["python", "native"]
+
+
+class Program(Protocol):
+    """One loaded program's ``forward``: numpy arrays in, numpy arrays out (the manifest's order)."""
+
+    name: str
+
+    def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]: ...
+
+
+class ProgramRuntime(Protocol):
+    """A way to execute a bundle's programs on this host.
+
+    ``time_chunk`` returns the steady-state milliseconds of each timed action chunk and one sentence
+    saying what a sample covers, because the two runtimes cannot measure the same thing: in-process
+    calls are timed end to end, a binary that runs one call per process only from its own logs.
+    """
+
+    kind: RuntimeKind
+
+    def registered_backends(self) -> list[str]: ...
+
+    def load_program(self, spec: ProgramSpec, pte: Path, backend: str | None) -> Program: ...
+
+    def time_chunk(
+        self,
+        chunk: Callable[[], object],
+        calls: Sequence[tuple[Program, Sequence[np.ndarray]]],
+        warmup: int,
+        iterations: int,
+    ) -> tuple[list[float], str]: ...
+
+
+class PythonRuntime:
+    """The installed ``executorch.runtime`` (the pip wheel: portable kernels and XNNPACK)."""
+
+    kind: RuntimeKind = "python"
+    LATENCY_METHOD = (
+        "wall clock of each whole action chunk in the runner process (executorch.runtime), numpy "
+        "hand-over included, loading excluded"
+    )
+
+    def prepare(self) -> None:
+        """Import the runtime now, so that timing the programs' load does not include it."""
+        _runtime()
+
+    def registered_backends(self) -> list[str]:
+        return registered_backends()
+
+    def load_program(self, spec: ProgramSpec, pte: Path, backend: str | None) -> Program:
+        return load_program(spec.name, pte, backend)
+
+    def time_chunk(
+        self,
+        chunk: Callable[[], object],
+        calls: Sequence[tuple[Program, Sequence[np.ndarray]]],
+        warmup: int,
+        iterations: int,
+    ) -> tuple[list[float], str]:
+        for _ in range(warmup):
+            chunk()
+        samples = []
+        for _ in range(iterations):
+            start = time.perf_counter_ns()
+            chunk()
+            samples.append((time.perf_counter_ns() - start) / 1e6)
+        return samples, self.LATENCY_METHOD

@@ -1,0 +1,105 @@
+"""The eager-PyTorch baseline: bad input, a policy that fails or runs out of time, and act for real."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from coverfarm.baseline import BaselineResult, speedup
+from coverfarm.cli import main
+from coverfarm.result import Options
+from gpu_runner.stats import latency_stats
+from worker.baseline import measure_baseline
+
+ROOT = Path(__file__).resolve().parents[2]
+COVERFARM = [sys.executable, "-m", "coverfarm"]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--policy", "nope"], "policy 'nope' is not supported yet"),
+        (["--policy", "act", "--iterations", "0"], "--iterations must be at least 1, got 0"),
+        (["--policy", "act", "--warmup", "-1"], "--warmup must be 0 or more, got -1"),
+        (["--policy", "act", "--frames", "17"], "--frames must be 1 to 16, got 17"),
+        (["--policy", "act", "--timeout", "0"], "--timeout must be a positive number of seconds, got 0"),
+        (["--policy", "act", "--checkpoint", "/no/such/dir"], "checkpoint /no/such/dir is not a readable"),
+    ],
+    ids=["policy", "iterations", "warmup", "frames", "timeout", "checkpoint"],
+)
+def test_baseline_mistakes_are_one_line(
+    args: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["baseline", *args]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"coverfarm: error: {expected}"), line
+
+
+def test_measure_rejects_impossible_counts() -> None:
+    with pytest.raises(ValueError, match="frames must be 1 to 16, got 0"):
+        measure_baseline("act", Options(), frames=0)
+    with pytest.raises(ValueError, match="iterations >= 1"):
+        measure_baseline("act", Options(), iterations=0)
+
+
+def test_a_policy_the_engine_cannot_build_fails_with_its_cause() -> None:
+    result = measure_baseline("no_such_policy", Options(), warmup=0, iterations=1)
+    assert result.status == "failed" and result.latency is None
+    assert result.error is not None
+    assert result.error.startswith("worker.policies.registry.UnsupportedPolicyError: policy 'no_such_policy'")
+    assert result.torch_version is not None and result.threads is not None  # the child got that far
+
+
+def test_a_build_over_its_bound_is_slow() -> None:
+    result = measure_baseline("act", Options(timeout_s=1.0), warmup=0, iterations=1)
+    assert result.status == "slow" and result.latency is None
+    assert result.error == "the build phase took over 1 s"
+
+
+def test_speedup_is_baseline_median_over_device_median() -> None:
+    eager = BaselineResult(
+        policy="act",
+        options=Options(),
+        frames=1,
+        status="ok",
+        latency=latency_stats([30.0, 50.0, 40.0], 0, 0.0),
+    )
+    device = latency_stats([10.0, 8.0, 12.0], 0, 0.0)
+    assert speedup(eager, device) == pytest.approx(4.0)
+    assert speedup(eager, None) is None
+    assert speedup(BaselineResult(policy="act", options=Options(), frames=1, status="failed"), device) is None
+
+
+@pytest.mark.real_policy
+def test_act_baseline_from_the_command_line() -> None:
+    import torch
+
+    run = subprocess.run(
+        [
+            *COVERFARM,
+            "baseline",
+            "--policy",
+            "act",
+            *("--warmup", "1", "--iterations", "2", "--frames", "2", "--json"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = BaselineResult.model_validate_json(run.stdout)
+    assert result.status == "ok" and result.error is None
+    assert (result.policy, result.frames) == ("act", 2)
+    assert result.torch_version == torch.__version__
+    assert result.threads is not None and result.threads >= 1
+    assert result.build_s is not None and result.build_s > 0
+    lat = result.latency
+    assert lat is not None and lat.warmup == 1 and len(lat.samples_ms) == 2
+    assert min(lat.samples_ms) == lat.min_ms > 0
+    assert lat.load_ms == pytest.approx(result.build_s * 1e3)
+    assert lat.method is not None and "eager" in lat.method
+    assert "built in" in run.stderr  # progress goes to stderr, the document alone to stdout
