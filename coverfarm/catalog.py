@@ -1,19 +1,52 @@
 """What the engine can measure, by name, without importing it (the engine imports torch).
 
-``tests/worker/test_catalog.py`` checks these lists against the engine's own registries.
+The tracker has 25 policies. The 19 that LeRobot 0.6.1 ships are measured; the 6 that no released
+LeRobot has keep their row with the cause "policy not available in lerobot 0.6.1" (in ``coverfarm
+analyze``, the farm and the report), never dropped. ``tests/worker/test_catalog.py`` checks these lists
+against LeRobot's own policy registry and the engine's adapters and backends.
 """
 
 from __future__ import annotations
 
-POLICIES = ("act", "diffusion", "gaussian_actor", "multi_task_dit", "tdmpc", "vqbet")
+LEROBOT_VERSION = "0.6.1"
+IN_LEROBOT = (
+    "act",
+    "diffusion",
+    "eo1",
+    "evo1",
+    "fastwam",
+    "gaussian_actor",
+    "groot",
+    "lingbot_va",
+    "molmoact2",
+    "multi_task_dit",
+    "pi0",
+    "pi05",
+    "pi0_fast",
+    "smolvla",
+    "tdmpc",
+    "vla_jepa",
+    "vqbet",
+    "wall_x",
+    "xvla",
+)
+NOT_IN_LEROBOT = ("dm05", "fineart_vla", "flux3", "lawam", "lingbot_vla_v2", "wall_oss_05")
+POLICIES = tuple(sorted(IN_LEROBOT + NOT_IN_LEROBOT))  # the tracker's rows, in its order
 BACKENDS = ("vulkan", "xnnpack")
 
 
+def unavailable_reason(name: str) -> str | None:
+    """Why a tracker policy cannot be built with the installed LeRobot, or None."""
+    if name in NOT_IN_LEROBOT:
+        return f"policy not available in lerobot {LEROBOT_VERSION}"
+    return None
+
+
 def check_policy(name: str) -> str | None:
-    """The reason ``name`` cannot be measured, or None."""
+    """The reason ``name`` is not a policy coverfarm knows, or None."""
     if name in POLICIES:
         return None
-    return f"policy {name!r} is not supported yet; supported: {', '.join(POLICIES)}"
+    return f"policy {name!r} is not supported yet; known: {', '.join(POLICIES)}"
 
 
 def check_backend(name: str) -> str | None:

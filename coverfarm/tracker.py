@@ -62,6 +62,12 @@ def export_cell(doc: ResultDocument) -> str:
         return "✓"
     if status is StageStatus.SLOW or doc.partition.status is StageStatus.SLOW:
         return "slow"
+    weights = doc.weights
+    if status is StageStatus.NOT_RUN and weights is not None and weights.mode == "fake":
+        # Measured with fake weights (the policy does not fit this worker): export needs a bigger one.
+        if weights.needs_worker_gb is not None:
+            return f"needs ≥ {weights.needs_worker_gb} GB worker"
+        return "needs real weights"
     return FAILED
 
 

@@ -1,8 +1,9 @@
 """The trace cache: a traced policy is reused while its policy, weights, code and versions are unchanged.
 
-A trace is keyed by the sha256 of the policy name, seed, the checkpoint's file contents, the versions of
-the packages that build and export it, and the source of the adapters and trace stage (which decide the
-config, example inputs and programs). One directory per key; complete once ``trace.json`` exists.
+A trace is keyed by the sha256 of the policy name, seed, weights (real or fake), the checkpoint's file
+contents, the versions of the packages that build and export it, and the source of the adapters and trace
+stage (which decide the config, example inputs and programs). One directory per key; complete once
+``trace.json`` exists.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import worker.fake_weights
 import worker.policies
 import worker.stages.trace
 from worker.versions import versions
@@ -27,7 +29,11 @@ def _digest_files(paths: list[Path], root: Path) -> str:
 
 def code_digest() -> str:
     policies = Path(worker.policies.__file__).parent
-    files = [*policies.rglob("*.py"), Path(worker.stages.trace.__file__)]
+    files = [
+        *policies.rglob("*.py"),
+        Path(worker.stages.trace.__file__),
+        Path(worker.fake_weights.__file__),
+    ]
     return _digest_files(files, policies.parent)
 
 
@@ -38,9 +44,10 @@ def checkpoint_digest(checkpoint: str | None) -> str | None:
     return _digest_files([p for p in root.rglob("*") if p.is_file()], root)
 
 
-def trace_key(policy: str, seed: int, checkpoint: str | None, frames: int) -> str:
+def trace_key(policy: str, seed: int, checkpoint: str | None, frames: int, weights: str = "real") -> str:
     fields = {
         "policy": policy,
+        "weights": weights,
         "seed": seed,
         "frames": frames,
         "checkpoint": checkpoint_digest(checkpoint),

@@ -19,7 +19,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="trace, partition and export one policy for one backend; print the tracker's row",
         description="Trace a LeRobot policy, lower it with an ExecuTorch partitioner, and print its row.",
     )
-    parser.add_argument("--policy", required=True, help="LeRobot policy type, e.g. act")
+    parser.add_argument(
+        "--policy",
+        required=True,
+        help=f"LeRobot policy type, one of the tracker's: {', '.join(catalog.POLICIES)} "
+        f"({', '.join(catalog.NOT_IN_LEROBOT)} are not in lerobot {catalog.LEROBOT_VERSION}: their row "
+        "says so)",
+    )
     parser.add_argument("--backend", required=True, help="vulkan or xnnpack")
     parser.add_argument("--json", action="store_true", help="print the whole result document as JSON")
     parser.add_argument("--timeout", type=float, default=900.0, help="bound of each stage, seconds (900)")
@@ -43,6 +49,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="fast",
         help="capability partitioner: torch.fx stock, or the exact fast one with identical partitions (fast)",
     )
+    parser.add_argument(
+        "--weights",
+        choices=["auto", "real", "fake"],
+        default="auto",
+        help="real: seeded or checkpoint weights; fake: fake tensors, coverage columns only (no export); "
+        "auto: fake when the real-weight peak is estimated over this worker's memory "
+        "(COVERFARM_WORKER_MEMORY_GB, default MemTotal) (auto)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -54,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--timeout must be a positive number of seconds, got {args.timeout:g}")
     if args.checkpoint is not None and not args.checkpoint.is_dir():
         raise UserError(f"checkpoint {args.checkpoint} is not a readable directory")
+    if args.weights == "fake" and args.checkpoint is not None:
+        raise UserError("--weights fake builds the policy without weights: it cannot use --checkpoint")
     try:
         options = Options(
             timeout_s=args.timeout,
@@ -62,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
             checkpoint=str(args.checkpoint.resolve()) if args.checkpoint else None,
             constant_prop=args.constant_prop,
             lowering=args.lowering,
+            weights=args.weights,
         )
     except ValidationError as error:
         first = error.errors()[0]

@@ -18,7 +18,10 @@ def coverfarm(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["--policy", "nope", "--backend", "vulkan"], "policy 'nope' is not supported yet; supported: act"),
+        (
+            ["--policy", "nope", "--backend", "vulkan"],
+            "policy 'nope' is not supported yet; known: act, diffusion, dm05",
+        ),
         (["--policy", "act", "--backend", "metal"], "unknown backend 'metal'; known: vulkan, xnnpack"),
         (["--policy", "act", "--backend", "vulkan", "--timeout", "0"], "--timeout must be a positive number"),
         (

@@ -84,4 +84,6 @@ def test_default_names_are_what_the_engine_supports() -> None:
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300, check=True
     )
     policies, backends = json.loads(result.stdout.strip().splitlines()[-1])
-    assert (sorted(DEFAULT_POLICIES), sorted(DEFAULT_BACKENDS)) == (policies, backends)
+    # Every policy with an adapter is offered; the others keep their rows with the cause as a result.
+    assert set(policies) <= set(DEFAULT_POLICIES)
+    assert sorted(DEFAULT_BACKENDS) == backends

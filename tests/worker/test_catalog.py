@@ -1,12 +1,33 @@
-"""The torch-free catalog of names agrees with the engine's registries."""
+"""The torch-free catalog of names agrees with LeRobot's policy registry and the engine's."""
 
 from __future__ import annotations
+
+import lerobot.policies  # noqa: F401  (registers every policy config LeRobot ships)
+from lerobot.configs.policies import PreTrainedConfig
 
 from coverfarm import catalog
 from worker.backends import BACKENDS
 from worker.policies.registry import supported
 
 
-def test_catalog_matches_the_engine() -> None:
-    assert list(catalog.POLICIES) == supported()
+def test_the_catalog_holds_the_trackers_25_policies() -> None:
+    assert len(catalog.POLICIES) == 25
+    assert list(catalog.POLICIES) == sorted(catalog.POLICIES)
+    assert set(catalog.IN_LEROBOT).isdisjoint(catalog.NOT_IN_LEROBOT)
+
+
+def test_in_lerobot_is_exactly_what_the_installed_lerobot_ships() -> None:
+    assert set(catalog.IN_LEROBOT) == set(PreTrainedConfig.get_known_choices())
+
+
+def test_every_adapter_is_for_a_policy_of_the_installed_lerobot() -> None:
+    assert set(supported()) <= set(catalog.IN_LEROBOT)
     assert list(catalog.BACKENDS) == sorted(BACKENDS)
+
+
+def test_only_the_six_missing_policies_are_unavailable() -> None:
+    unavailable = {name for name in catalog.POLICIES if catalog.unavailable_reason(name)}
+    assert unavailable == set(catalog.NOT_IN_LEROBOT)
+    assert catalog.unavailable_reason("dm05") == "policy not available in lerobot 0.6.1"
+    assert catalog.check_policy("dm05") is None
+    assert catalog.check_policy("nope") is not None

@@ -5,6 +5,9 @@ whose clock is running. Each phase has its own bound over its cumulative time, s
 never ends still leaves the coverage numbers that partitioning produced before it. The child runs in its
 own process group and the whole group is killed, so no grandchild outlives the bound; on Linux the child
 is also killed by the kernel when the process that started it dies (a SIGKILLed worker leaves none).
+
+The parent also records the child's peak resident memory at the end of each phase (``worker.memory``):
+sampled from ``/proc`` while it runs, and exact from ``wait4`` when it exits on its own.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from worker.memory import peak_rss_bytes
 from worker.stages.events import read_events
 
 POLL_S = 0.2
@@ -53,6 +57,9 @@ class StageRun:
     timed_out_phase: str | None  # the phase whose bound ran out, if any
     phase_seconds: dict[str, float] = field(default_factory=dict)
     log_tail: str = ""
+    # Peak resident bytes of the child by the end of each phase it entered (cumulative: a later phase
+    # includes the earlier ones); missing where it could not be read.
+    phase_peak_bytes: dict[str, int] = field(default_factory=dict)
 
 
 def run_bounded(
@@ -79,11 +86,13 @@ def run_bounded(
         )
     phase, phase_start = first_phase, time.monotonic()
     spent: dict[str, float] = {}
+    peaks: dict[str, int] = {}
     seen = 0
     timed_out: str | None = None
     try:
         while True:
-            returncode = child.poll()
+            sampled = peak_rss_bytes(child.pid) or 0  # read before the events it is charged to
+            returncode, exit_peak = _reap(child)
             events = read_events(events_path)
             now = time.monotonic()
             for event in events[seen:]:
@@ -91,7 +100,9 @@ def run_bounded(
                     on_event(event)
                 if event["event"] == "phase" and event["phase"] != phase:
                     spent[phase] = spent.get(phase, 0.0) + now - phase_start
+                    peaks[phase] = max(peaks.get(phase, 0), sampled)
                     phase, phase_start = event["phase"], now
+            peaks[phase] = max(peaks.get(phase, 0), sampled, exit_peak or 0)
             seen = len(events)
             if returncode is not None:
                 break
@@ -114,7 +125,23 @@ def run_bounded(
         timed_out_phase=timed_out,
         phase_seconds=spent,
         log_tail=_tail(log_path),
+        phase_peak_bytes={name: value for name, value in peaks.items() if value},
     )
+
+
+def _reap(child: subprocess.Popen[bytes]) -> tuple[int | None, int | None]:
+    """``child.poll()``, but through ``wait4`` so that an exit also gives the child's exact peak
+    resident bytes (``ru_maxrss``, kB on Linux)."""
+    if child.returncode is not None:
+        return child.returncode, None
+    try:
+        pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+    except ChildProcessError:  # reaped elsewhere: Popen knows the code
+        return child.poll(), None
+    if pid == 0:
+        return None, None
+    child.returncode = os.waitstatus_to_exitcode(status)
+    return child.returncode, usage.ru_maxrss * 1024 if sys.platform.startswith("linux") else None
 
 
 def _kill_group(child: subprocess.Popen[bytes]) -> None:

@@ -5,11 +5,16 @@ Run as ``python -m worker.stages.trace``. It writes a trace directory: one ``.pt
 16 deterministic frames with the eager-PyTorch action chunk of each, and the test case (each program's
 inputs and eager outputs on frame 0). ``trace.json`` is written last: a directory without it is
 incomplete.
+
+With ``--weights fake`` the policy is built and exported under a fake tensor mode
+(``worker.fake_weights``): the programs are saved with meta tensors for weights, and there are no
+frames, test case or references, which need values.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -21,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from worker.fake_weights import building_fake, to_meta
 from worker.policies.base import Call, TracedPolicy
 from worker.policies.registry import get_adapter
 from worker.stages.events import EventLog
@@ -50,7 +56,21 @@ def _write_manifest(out: Path, manifest: dict[str, Any]) -> None:
     staging.replace(out / TRACE_MANIFEST)  # atomic: a reader never sees half a manifest
 
 
-def write_trace(traced: TracedPolicy, out: Path, log: EventLog, frames_wanted: int) -> dict[str, Any]:
+def parameter_bytes(traced: TracedPolicy) -> int:
+    """Bytes of the weights and constants the programs hold, each named tensor counted once (the
+    programs of one policy share its parameters)."""
+    sizes: dict[str, int] = {}
+    for program in traced.programs:
+        for table in (program.exported.state_dict, program.exported.constants):
+            for name, value in table.items():
+                if isinstance(value, torch.Tensor):
+                    sizes[name] = value.numel() * value.element_size()
+    return sum(sizes.values())
+
+
+def write_trace(
+    traced: TracedPolicy, out: Path, log: EventLog, frames_wanted: int, fake: bool = False
+) -> dict[str, Any]:
     """Save programs, the test case and frames with their eager references into ``out``.
 
     The manifest is written as soon as the programs and the test case (frame 0) exist, so the lower
@@ -60,9 +80,10 @@ def write_trace(traced: TracedPolicy, out: Path, log: EventLog, frames_wanted: i
     """
     programs = []
     runs = traced.plan.runs_per_chunk()
+    weight_bytes = parameter_bytes(traced)
     for program in traced.programs:
         pt2 = f"{program.name}.pt2"
-        torch.export.save(program.exported, out / pt2)
+        torch.export.save(to_meta(program.exported) if fake else program.exported, out / pt2)
         programs.append(
             {
                 "name": program.name,
@@ -73,9 +94,12 @@ def write_trace(traced: TracedPolicy, out: Path, log: EventLog, frames_wanted: i
             }
         )
     plan = traced.plan
-    save_npz(out / "constants.npz", dict(plan.constants))
+    if not fake:
+        save_npz(out / "constants.npz", dict(plan.constants))
     manifest: dict[str, Any] = {
         "policy": traced.policy,
+        "weights": "fake" if fake else "real",
+        "parameter_bytes": weight_bytes,
         "seed": traced.seed,
         "checkpoint": traced.checkpoint,
         "config": traced.config,
@@ -95,6 +119,9 @@ def write_trace(traced: TracedPolicy, out: Path, log: EventLog, frames_wanted: i
         "frames_wanted": frames_wanted,
         "checks": {},
     }
+    if fake:  # eager references need values
+        _write_manifest(out, manifest)
+        return manifest
     frames: dict[str, torch.Tensor] = {}
     references: dict[str, torch.Tensor] = {}
     start = time.monotonic()
@@ -154,18 +181,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--checkpoint", type=Path)
     parser.add_argument("--frames", type=int, default=FRAMES)
+    parser.add_argument("--weights", choices=["real", "fake"], default="real")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--events", type=Path, required=True)
     args = parser.parse_args(argv)
+    fake = args.weights == "fake"
 
     log = EventLog(args.events)
     args.out.mkdir(parents=True, exist_ok=True)
     try:
         log.emit("phase", phase="trace")
         start = time.monotonic()
-        traced = get_adapter(args.policy)(seed=args.seed, checkpoint=args.checkpoint)
-        log.emit("traced", seconds=time.monotonic() - start, programs=[p.name for p in traced.programs])
-        write_trace(traced, args.out, log, args.frames)
+        with building_fake() if fake else contextlib.nullcontext():
+            traced = get_adapter(args.policy)(seed=args.seed, checkpoint=args.checkpoint)
+        log.emit(
+            "traced",
+            seconds=time.monotonic() - start,
+            programs=[p.name for p in traced.programs],
+            parameter_bytes=parameter_bytes(traced),
+        )
+        write_trace(traced, args.out, log, args.frames, fake=fake)
         log.emit("done", failed=False)
         return 0
     except Exception as error:

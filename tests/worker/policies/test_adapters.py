@@ -97,7 +97,7 @@ def check_first_calls(policy: TracedPolicy, calls: int) -> None:
 
 def test_unknown_policy_lists_the_six() -> None:
     with pytest.raises(UnsupportedPolicyError) as raised:
-        get_adapter("pi0")
+        get_adapter("no_such_policy")
     for name in SIX:
         assert name in str(raised.value)
     assert set(SIX) <= set(supported())

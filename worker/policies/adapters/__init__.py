@@ -1,3 +1,13 @@
 """Policy adapters: importing this package registers one adapter per supported LeRobot policy type."""
 
-from worker.policies.adapters import act, diffusion, gaussian_actor, multi_task_dit, tdmpc, vqbet  # noqa: F401
+from worker.policies.adapters import (  # noqa: F401
+    act,
+    diffusion,
+    gaussian_actor,
+    multi_task_dit,
+    openpi,
+    smolvla,
+    tdmpc,
+    vqbet,
+    xvla,
+)

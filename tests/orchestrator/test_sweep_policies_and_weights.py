@@ -1,0 +1,44 @@
+"""Sweeps accept every tracker policy (those LeRobot lacks keep their rows) and the weights option."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from coverfarm import catalog
+from coverfarm.settings import Settings
+from orchestrator.errors import Invalid
+from orchestrator.sweeps.schemas import SweepCreate
+from orchestrator.sweeps.service import _check
+
+
+def test_the_farm_accepts_all_25_tracker_policies_by_default(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path)
+    assert settings.policies == list(catalog.POLICIES)
+    _check(SweepCreate(policies=list(catalog.POLICIES), backends=["vulkan", "xnnpack"]), settings)
+
+
+def test_an_unknown_policy_is_refused_by_name(tmp_path: Path) -> None:
+    with pytest.raises(Invalid) as raised:
+        _check(SweepCreate(policies=["dm05", "nope"], backends=["vulkan"]), Settings(home=tmp_path))
+    (error,) = raised.value.errors
+    assert error["loc"] == ["body", "policies", 1]
+    assert "unknown policy 'nope'" in error["msg"]
+
+
+def test_weights_is_a_sweep_option_recorded_in_every_cell(client: TestClient, admin: dict[str, str]) -> None:
+    body = {"policies": ["act"], "backends": ["vulkan", "xnnpack"], "options": {"weights": "fake"}}
+    response = client.post("/api/sweeps", json=body, headers=admin)
+    assert response.status_code == 201, response.text
+    sweep = response.json()
+    assert sweep["options"]["weights"] == "fake"
+    assert {cell["options"]["weights"] for cell in sweep["cells"]} == {"fake"}
+
+
+def test_an_unknown_weights_mode_is_422(client: TestClient, admin: dict[str, str]) -> None:
+    body = {"policies": ["act"], "backends": ["vulkan"], "options": {"weights": "half"}}
+    response = client.post("/api/sweeps", json=body, headers=admin)
+    assert response.status_code == 422
+    assert "weights" in response.text

@@ -1,0 +1,71 @@
+"""Fake weights give exactly the coverage of real weights: everything but export, on two policies and
+both backends. The policy is built under a FakeTensorMode (``worker.fake_weights``), so these numbers
+can be computed for policies whose real weights do not fit the worker."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coverfarm import tracker
+from coverfarm.result import Options, ResultDocument, StageStatus
+
+pytestmark = pytest.mark.real_policy
+
+
+@pytest.fixture(scope="session")
+def trace_cache() -> Path:
+    return Path(os.environ["COVERFARM_TRACE_CACHE"])
+
+
+def coverage(doc: ResultDocument) -> dict[str, Any]:
+    """Every column but export, and the blockers with their counts, heavy math and what-if counts."""
+    return {
+        "ops": doc.ops.model_dump(),
+        "heavy_macs": doc.heavy_macs.model_dump(),
+        "programs": (doc.programs.count, doc.programs.connected_groups),
+        "blockers": [(b.op, b.reason, b.count, b.macs, b.programs_if_supported) for b in doc.blockers],
+        "per_program": [p.model_dump(exclude={"pt2", "pte", "delegates"}) for p in doc.program_list],
+    }
+
+
+@pytest.mark.parametrize("policy", ["act", "vqbet"])
+@pytest.mark.parametrize("backend", ["vulkan", "xnnpack"])
+def test_fake_weights_give_the_real_coverage(
+    policy: str, backend: str, trace_cache: Path, tmp_path: Path
+) -> None:
+    from worker.engine import analyze
+
+    docs = {
+        weights: analyze(
+            policy,
+            backend,
+            Options(weights=weights, frames=1),
+            tmp_path / weights,
+            trace_cache=trace_cache,
+        )
+        for weights in ("real", "fake")
+    }
+    real, fake = docs["real"], docs["fake"]
+    assert real.partition.status is fake.partition.status is StageStatus.OK, (real.partition, fake.partition)
+    assert real.ops.total and real.ops.on_backend is not None
+    assert coverage(fake) == coverage(real)
+    assert tracker.row(fake)[:4] == tracker.row(real)[:4]
+
+    assert real.export.status is StageStatus.OK and real.bundle is not None
+    assert real.weights is not None and real.weights.mode == "real"
+    assert fake.weights is not None and fake.weights.mode == "fake"
+    assert fake.weights.parameter_bytes == real.weights.parameter_bytes > 0
+    assert fake.export.status is StageStatus.NOT_RUN and fake.bundle is None
+    assert fake.export.error is not None
+    needs = fake.weights.needs_worker_gb
+    assert fake.export.error.message == f"fake weights: export needs real weights (≥ {needs} GB worker)"
+    assert tracker.export_cell(fake) == f"needs ≥ {needs} GB worker"
+    assert fake.trace_info is not None and fake.trace_info.frames == 0  # no eager references
+    for doc in (real, fake):
+        assert {"trace", "partition"} <= set(doc.memory)
+        assert all(value > 0 for value in doc.memory.values())
+    assert "export" in real.memory

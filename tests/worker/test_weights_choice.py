@@ -1,0 +1,58 @@
+"""Real or fake weights: the option as asked, or the estimate against the worker's memory."""
+
+from __future__ import annotations
+
+import pytest
+
+from coverfarm import tracker
+from coverfarm.result import ResultDocument, StageResult, StageStatus
+from worker.memory import GB, estimated_peak_gb, needs_worker_gb, worker_memory_gb
+from worker.weights import decide, export_not_run
+
+
+def test_auto_takes_real_weights_when_the_estimate_fits() -> None:
+    small = 200 * 2**20
+    weights = decide("auto", small, worker_gb=24.0)
+    assert weights.mode == "real" and weights.requested == "auto"
+    assert weights.estimated_peak_gb == round(estimated_peak_gb(small), 2) < 24.0
+    assert "fits" in weights.reason
+
+
+def test_auto_takes_fake_weights_when_the_estimate_does_not_fit() -> None:
+    big = 12 * GB  # a 3 B-parameter policy in fp32
+    weights = decide("auto", big, worker_gb=24.0)
+    assert weights.mode == "fake"
+    assert weights.needs_worker_gb == needs_worker_gb(big) > 24
+    assert "exceeds this worker's 24.0 GB" in weights.reason
+
+
+def test_an_explicit_choice_is_taken_as_asked() -> None:
+    assert decide("real", 12 * GB, worker_gb=8.0).mode == "real"
+    assert decide("fake", None, worker_gb=64.0).mode == "fake"
+
+
+def test_the_export_cell_of_a_fake_weight_cell_names_the_worker_it_needs() -> None:
+    weights = decide("auto", 12 * GB, worker_gb=24.0)
+    doc = ResultDocument(
+        policy="pi0",
+        backend="vulkan",
+        trace=StageResult(status=StageStatus.OK),
+        partition=StageResult(status=StageStatus.OK),
+        export=export_not_run(weights),
+        weights=weights,
+    )
+    assert tracker.export_cell(doc) == f"needs ≥ {weights.needs_worker_gb} GB worker"
+    assert doc.export.error is not None
+    assert doc.export.error.message == (
+        f"fake weights: export needs real weights (≥ {weights.needs_worker_gb} GB worker)"
+    )
+
+
+def test_worker_memory_comes_from_the_environment_or_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COVERFARM_WORKER_MEMORY_GB", "64")
+    assert worker_memory_gb() == 64.0
+    monkeypatch.setenv("COVERFARM_WORKER_MEMORY_GB", "lots")
+    with pytest.raises(ValueError, match="must be a number of GB"):
+        worker_memory_gb()
+    monkeypatch.delenv("COVERFARM_WORKER_MEMORY_GB")
+    assert worker_memory_gb() > 0

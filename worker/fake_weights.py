@@ -1,0 +1,143 @@
+"""Fake weights: trace and partition a policy whose weights are never materialized.
+
+With ``weights: fake`` the policy is built under a ``FakeTensorMode``: every parameter and buffer is a
+``FakeTensor`` (shape, dtype and device only, no storage), so a 3 B-parameter policy costs what its
+graph costs, not 12 GB. ``torch.export`` traces it as usual (the fake mode is detected from the
+inputs), ``to_edge``, ``constant_prop_pass`` and the partitioners work on shapes and dtypes, which is
+all the coverage columns depend on. What needs values cannot run: eager references, and the
+serialization of constants into a ``.pte``.
+
+Three places where PyTorch and ExecuTorch assume real weights are worked around here, each in one
+function:
+
+* ``Module.to()`` / ``_apply`` always swaps a ``FakeTensor`` parameter in place with
+  ``torch.utils.swap_tensors``, which refuses a tensor that has a weak reference, and every fake
+  parameter has one (torch 2.14): ``building_fake`` replaces the parameter object instead.
+* ``torch.export.save`` writes a fake tensor's (absent) storage as if it were real and the file does
+  not load back: ``to_meta`` swaps the weights for meta tensors before saving, ``from_meta`` turns
+  them into fake tensors of the loaded program's own fake mode after loading.
+* ``constant_prop_pass`` records each folded tensor as its placeholder's ``FakeTensor.constant``,
+  which FakeTensorMode expects to be a real tensor (``invalidate_constant_aliases`` asserts it):
+  ``forget_fake_constants`` clears those that are fake.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.export import ExportedProgram
+
+
+def _apply_replacing(
+    self: torch.nn.Module, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True
+) -> torch.nn.Module:
+    """``Module._apply`` that replaces parameters and buffers instead of swapping them in place."""
+    if recurse:
+        for module in self.children():
+            module._apply(fn)
+    for key, param in self._parameters.items():
+        if param is not None:
+            with torch.no_grad():
+                applied = fn(param)
+            self._parameters[key] = torch.nn.Parameter(applied, requires_grad=param.requires_grad)
+    for key, buffer in self._buffers.items():
+        if buffer is not None:
+            self._buffers[key] = fn(buffer)
+    return self
+
+
+@contextlib.contextmanager
+def building_fake() -> Iterator[FakeTensorMode]:
+    """Inside: tensors that are created are fake, and ``Module.to()`` works on fake parameters.
+
+    Real tensors a constructor makes with ``torch.from_numpy`` (sinusoidal tables, say) are accepted
+    and treated as constants (``allow_non_fake_inputs``).
+    """
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    original = torch.nn.Module._apply
+    torch.nn.Module._apply = _apply_replacing  # type: ignore[method-assign]
+    try:
+        with mode:
+            yield mode
+    finally:
+        torch.nn.Module._apply = original  # type: ignore[method-assign]
+
+
+def is_fake(tensor: object) -> bool:
+    return isinstance(tensor, FakeTensor)
+
+
+def _meta_like(tensor: torch.Tensor) -> torch.Tensor:
+    return torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device="meta")
+
+
+def to_meta(ep: ExportedProgram) -> ExportedProgram:
+    """The program with every fake weight, constant and example input replaced by a meta tensor,
+    ready to save."""
+    if ep.example_inputs is not None:
+        ep.example_inputs = torch.utils._pytree.tree_map_only(FakeTensor, _meta_like, ep.example_inputs)
+    for table in (ep.state_dict, ep.constants):
+        for name, value in list(table.items()):
+            if isinstance(value, torch.Tensor) and is_fake(value):
+                meta = _meta_like(value)
+                table[name] = (
+                    torch.nn.Parameter(meta, requires_grad=False)
+                    if isinstance(value, torch.nn.Parameter)
+                    else meta
+                )
+    return ep
+
+
+def _fake_mode_of(ep: ExportedProgram) -> FakeTensorMode:
+    for node in ep.graph.nodes:
+        value = node.meta.get("val")
+        if node.op == "placeholder" and isinstance(value, FakeTensor):
+            return value.fake_mode
+    raise ValueError("the program has no fake placeholder values to take a fake mode from")
+
+
+def has_meta_weights(ep: ExportedProgram) -> bool:
+    return any(
+        isinstance(v, torch.Tensor) and v.device.type == "meta"
+        for table in (ep.state_dict, ep.constants)
+        for v in table.values()
+    )
+
+
+def from_meta(ep: ExportedProgram) -> ExportedProgram:
+    """A loaded program's meta weights as fake tensors on the device the graph expects."""
+    mode = _fake_mode_of(ep)
+    expected: dict[str, Any] = {}
+    for node in ep.graph.nodes:
+        if node.op == "placeholder":
+            expected[node.name] = node.meta.get("val")
+    devices = {
+        spec.target: expected.get(spec.arg.name)
+        for spec in ep.graph_signature.input_specs
+        if spec.target is not None and hasattr(spec.arg, "name")
+    }
+    for table in (ep.state_dict, ep.constants):
+        for name, value in list(table.items()):
+            if isinstance(value, torch.Tensor) and value.device.type == "meta":
+                val = devices.get(name)
+                device = val.device if isinstance(val, torch.Tensor) else torch.device("cpu")
+                fake = mode.fake_tensor_converter.from_meta_and_device(mode, value, device)
+                table[name] = (
+                    torch.nn.Parameter(fake, requires_grad=False)
+                    if isinstance(value, torch.nn.Parameter)
+                    else fake
+                )
+    return ep
+
+
+def forget_fake_constants(ep: ExportedProgram) -> ExportedProgram:
+    """Clear the ``FakeTensor.constant`` that ``constant_prop_pass`` set to a fake folded value."""
+    for node in ep.graph.nodes:
+        value = node.meta.get("val")
+        if node.op == "placeholder" and isinstance(value, FakeTensor) and is_fake(value.constant):
+            value.constant = None
+    return ep
