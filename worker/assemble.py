@@ -39,6 +39,32 @@ def _merge_blockers(rows: list[tuple[dict[str, Any], int]]) -> list[Blocker]:
     return sorted(blockers, key=lambda b: (-b.macs, -b.count, b.op, b.reason))
 
 
+def _add_group_details(
+    blockers: list[Blocker], by_program: dict[str, dict[str, dict[str, Any]]], results: list[ProgramResult]
+) -> None:
+    """Each group's representative node (from the program where it keeps the most heavy math) and the
+    policy's program count if it were supported: the what-if count in every program it is in, the
+    real count in the others."""
+    for blocker in blockers:
+        key = (blocker.op, blocker.reason)
+        total: int | None = 0
+        best_macs = -1
+        for program in results:
+            seen = by_program.get(program.name, {})
+            rows = {(r["op"], r["reason"]): r for r in seen.get("partitioned", {}).get("blockers", [])}
+            details = {(g["op"], g["reason"]): g for g in seen.get("groups", {}).get("groups", [])}
+            if key not in rows:
+                total = None if total is None or program.partitions is None else total + program.partitions
+                continue
+            detail = details.get(key, {})
+            if detail.get("example") is not None and rows[key]["macs"] * program.runs_per_chunk > best_macs:
+                best_macs = rows[key]["macs"] * program.runs_per_chunk
+                blocker.example = detail["example"]
+            count = detail.get("partitions_if_supported")
+            total = None if total is None or count is None else total + count
+        blocker.programs_if_supported = total
+
+
 def _errors_by_phase(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Which phase each error happened in: the phase last switched to before it."""
     phase = "partition"
@@ -145,6 +171,8 @@ def fold_lower_events(
             for row in seen.get(source, {}).get("blockers", [])
         ]
     )
+    if all_partitioned:
+        _add_group_details(doc.blockers, by_program, results)
 
     errors = _errors_by_phase(run.events)
     partition_s = run.phase_seconds.get("partition")
@@ -165,6 +193,8 @@ def fold_lower_events(
             doc.timings[f"{name}.support_and_groups_s"] = round(seen["support"]["seconds"], 3)
         if "partitioned" in seen:
             doc.timings[f"{name}.partition_s"] = round(seen["partitioned"]["seconds"], 3)
+        if "groups" in seen:
+            doc.timings[f"{name}.examples_and_whatif_s"] = round(seen["groups"]["seconds"], 3)
     if partition_s is not None:
         doc.timings["partition_phase_s"] = round(partition_s, 3)
     if export_s is not None:

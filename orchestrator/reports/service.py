@@ -1,27 +1,36 @@
-"""A sweep's tracker Coverage table, one per backend, rendered with coverfarm.tracker's own formats."""
+"""A sweep's tracker report (Markdown), one body per backend, ready to paste into the tracker issue:
+the Coverage table with its legend and causes, Notes (random or real weights, options, substitutions),
+"Built on" from the versions recorded with the results, and the Known issues table with what-if
+estimates and the verified repros. Rendered with coverfarm.tracker's own cell formats."""
 
 from __future__ import annotations
 
+from collections import defaultdict
+from typing import Any
+
+from sqlalchemy.orm import Session
+
 from coverfarm.result import ResultDocument
 from coverfarm.tracker import FAILED, PENDING, backend_title, cause_line, columns, markdown_table, row
+from orchestrator.errors import Invalid
 from orchestrator.models import Cell, JobStatus, Sweep
+from orchestrator.reports.blockers import NO_REPRO, READY, blocker_groups, blockers_report, reason_what_ifs
+from orchestrator.reports.devices import DeviceColumns, device_columns, device_runtimes, device_samples
+from orchestrator.reports.diff import diff_markdown, diff_sweeps
+from orchestrator.reports.documents import latest_document, sweep_documents
+from orchestrator.reports.schemas import BlockerGroup, BlockersReport, ReasonWhatIf, SweepDiff
 from orchestrator.sweeps.service import cell_state
 
 NOT_RUN = "-"
 EXPORT_COLUMN = 4
-
-
-def _latest_document(cell: Cell) -> ResultDocument | None:
-    for job in reversed(cell.jobs):
-        if job.result is not None:
-            return ResultDocument.model_validate(job.result.document)
-    return None
+OUTPUT_LINES = 30  # of a repro's output, in the report (the API has all of it)
+PARTITIONERS = {"vulkan": "VulkanPartitioner()", "xnnpack": "XnnpackPartitioner()"}
 
 
 def _cell_row(cell: Cell) -> tuple[list[str], str | None]:
     """The table row of one cell and its one-line cause (None when there is nothing to explain)."""
     state, pending = cell_state(cell)
-    doc = _latest_document(cell)
+    doc = latest_document(cell)
     if doc is not None:
         cells = row(doc)
         if pending:
@@ -38,25 +47,274 @@ def _cell_row(cell: Cell) -> tuple[list[str], str | None]:
     return [cell.policy, *[FAILED] * width], cause
 
 
-def report_markdown(sweep: Sweep) -> str:
-    first = sweep.cells[0].options if sweep.cells else {}
+def _percent(share: float | None) -> str:
+    if share is None:
+        return "?"
+    text = f"{round(100 * share)}%"
+    return "<1%" if text == "0%" and share > 0 else text
+
+
+def _coverage(cells: list[Cell], backend: str, devices: DeviceColumns | None) -> list[str]:
+    rendered = [_cell_row(cell) for cell in cells]
+    header = columns(backend)
+    classes: list[str] = []
+    if devices:
+        seen = [devices.get((cell.policy, backend), {}) for cell in cells]
+        names = dict.fromkeys(name for texts in seen for name in texts)
+        classes = [name for name in names if any(texts.get(name, NOT_RUN) != NOT_RUN for texts in seen)]
+    rows = []
+    for cell, (cells_, _) in zip(cells, rendered, strict=True):
+        texts = (devices or {}).get((cell.policy, backend), {})
+        rows.append([*cells_, *(texts.get(name, NOT_RUN) for name in classes)])
+    lines = ["### Coverage", "", markdown_table([*header, *classes], rows)]
+    causes = [(cell.policy, cause) for cell, (_, cause) in zip(cells, rendered, strict=True) if cause]
+    if causes:
+        lines += ["", "Causes:", ""]
+        lines += [f"- {policy}: {cause}" for policy, cause in causes]
+    title = backend_title(backend)
+    partitioner = PARTITIONERS.get(backend, f"the {title} partitioner")
+    lines += [
+        "",
+        "Legend:",
+        "",
+        f'  • "Ops on {title}": the graph ops that {partitioner} takes, out of all ops, over all programs '
+        "of the policy. Ops are counted after to_edge (and constant propagation), so a linear layer "
+        "counts as a matmul and a transpose. ≤ means partitioning did not finish: the support check's "
+        "count.",
+        f'  • "Heavy math on {title}": the share of multiply-adds in matmuls, linear layers, convolutions '
+        "and attention that the backend takes. A program counts as many times as one action chunk runs it.",
+        f'  • "{title} programs": how many {title} partitions the policy is split into. Between 2 '
+        'partitions, the data goes back to the CPU. "? (N groups)" means partitioning did not finish; N '
+        "is the number of connected groups of ops the backend takes, not a bound on the programs.",
+        '  • "Exports to .pte": ✓ means to_edge_transform_and_lower(...).to_executorch() finished with '
+        "the default options. slow means it did not finish within the stage bound; a longer run is "
+        "queued. ❌ means it fails; the cause is below the table.",
+    ]
+    if classes:
+        lines.append(
+            "  • Device columns: ✓ with the median milliseconds per action chunk (batch 1) and, in "
+            "brackets, the speed-up over eager PyTorch on the same host's CPU; ❌ with its cause; "
+            '"no device" when no runner of that class is enrolled.'
+        )
+    lines.append(f"  • {PENDING}: this cell is being measured (running or queued).")
+    return lines
+
+
+def _notes(sweep: Sweep, docs: list[ResultDocument]) -> list[str]:
+    random = sorted(d.policy for d in docs if d.trace_info is not None and d.trace_info.weights == "random")
+    real = sorted(d.policy for d in docs if d.trace_info is not None and d.trace_info.weights == "checkpoint")
+    seeds = sorted({d.trace_info.seed for d in docs if d.trace_info is not None and d.policy in random})
+    lines = ["Notes:", ""]
+    if random:
+        seed_text = ", ".join(str(s) for s in seeds)
+        lines.append(
+            f"  • {', '.join(random)} {'uses' if len(random) == 1 else 'use'} random weights, made from "
+            "LeRobot's default config with seed "
+            f"{seed_text} in the config's dtypes; device outputs are compared against eager PyTorch with "
+            "the same weights. A checkpoint in another dtype (bf16) can change what the backend takes."
+        )
+    if real:
+        verb = "uses its" if len(real) == 1 else "use their"
+        lines.append(f"  • {', '.join(real)} {verb} real weights (a local checkpoint).")
+    lines.append(
+        "  • Constant propagation (ExecuTorch's constant_prop_pass) "
+        f"{'on' if sweep.constant_prop else 'off'}; "
+        f"{sweep.lowering} partitioning; each stage bounded at {sweep.timeout_s:g} s."
+    )
+    for doc in docs:
+        if doc.trace_info is not None and doc.trace_info.substitutions:
+            lines.append(f"  • {doc.policy}: {'; '.join(doc.trace_info.substitutions)}.")
+    return lines
+
+
+def _versions_line(docs: list[ResultDocument], package: str) -> str:
+    found: dict[str, list[str]] = defaultdict(list)
+    for doc in docs:
+        found[doc.versions.get(package, "not recorded")].append(doc.policy)
+    if len(found) <= 1:
+        return next(iter(found), "not recorded")
+    return "; ".join(
+        f"{version} ({', '.join(sorted(policies))})" for version, policies in sorted(found.items())
+    )
+
+
+def _built_on(docs: list[ResultDocument], runtimes: list[str]) -> list[str]:
+    lines = ["### Built on", ""]
+    if not docs:
+        return [*lines, "  • No result has been stored yet."]
+    lines += [
+        f"  • ExecuTorch: {_versions_line(docs, 'executorch')} "
+        "(its backends' Python code is what was measured).",
+        f"  • torch {_versions_line(docs, 'torch')}, transformers {_versions_line(docs, 'transformers')}.",
+        f"  • LeRobot: {_versions_line(docs, 'lerobot')}.",
+    ]
+    if runtimes:
+        lines += [f"  • Device {line}." for line in runtimes]
+    else:
+        lines.append("  • No device runs: the numbers above come from the partitioner and export only.")
+    return lines
+
+
+def _policies_cell(group: BlockerGroup) -> str:
+    parts = []
+    for hit in group.policies:
+        detail = f"{hit.nodes} node{'s' if hit.nodes != 1 else ''}"
+        if hit.macs and hit.macs_share is not None:
+            detail = f"{_percent(hit.macs_share)} of its heavy math stays on the CPU, {detail}"
+        parts.append(f"{hit.policy} ({detail})")
+    return ", ".join(parts)
+
+
+def _whatif_cell(group: BlockerGroup) -> str:
+    parts = []
+    for hit in group.policies:
+        if hit.ops_if_supported is None or hit.ops_total is None:
+            continue
+        text = f"{hit.policy}: ops {hit.ops_on_backend} → {hit.ops_if_supported} / {hit.ops_total}"
+        if hit.macs:
+            text += f", heavy math {_percent(hit.heavy_share)} → {_percent(hit.heavy_share_if_supported)}"
+        parts.append(text)
+    return "; ".join(parts) or "-"
+
+
+def _known_issues(groups: list[BlockerGroup], reasons: list[ReasonWhatIf], backend: str) -> list[str]:
+    title = backend_title(backend)
+    lines = ["### Known issues", ""]
+    if not groups:
+        return [*lines, f"Nothing is left on the CPU by {title} in the stored results."]
+    numbers: dict[int, int] = {}
+    for index, group in enumerate(groups):
+        if group.repro.text is not None:
+            numbers[index] = len(numbers) + 1
+    lines += [
+        f"Every op {title} leaves on the CPU, grouped by op and the partitioner's reason, heaviest first. "
+        '"Extra programs": how many fewer programs the policies would lower to if the group were '
+        'supported. "Repro ready" means the repro below ran against the installed wheel and showed the '
+        "same reason.",
+        "",
+    ]
+    rows = []
+    for index, group in enumerate(groups):
+        extra = "-" if group.extra_programs is None else str(group.extra_programs)
+        if group.repro_status == READY:
+            status = f"Repro ready (repro {numbers[index]})"
+        elif group.repro_status == NO_REPRO:
+            status = f"No repro: {group.repro.note or 'none recorded'}"
+        else:
+            why = group.repro.error or f"shows {group.repro.reason_seen or 'no refusal'}"
+            status = f"Repro does not reproduce (repro {numbers[index]}: {why})"
+        problem = f"`{group.op}`: {group.reason}."
+        rows.append([problem, _policies_cell(group), _whatif_cell(group), extra, status])
+    lines.append(markdown_table(["Problem", "Policies", "If supported", "Extra programs", "Status"], rows))
+    regained = [r for r in reasons if r.ops_if_supported is not None]
+    if regained:
+        lines += ["", "#### If every op of one reason were supported", ""]
+        lines.append(
+            markdown_table(
+                ["Reason", "Policy", "Ops", f"Ops on {title}", f"Heavy math on {title}"],
+                (
+                    [
+                        r.reason,
+                        r.policy,
+                        ", ".join(f"`{op}`" for op in r.ops),
+                        f"{r.ops_on_backend} → {r.ops_if_supported} / {r.ops_total}",
+                        f"{_percent(r.heavy_share)} → {_percent(r.heavy_share_if_supported)}",
+                    ]
+                    for r in regained
+                ),
+            )
+        )
+    if numbers:
+        lines += ["", f"#### Repros (export only, no GPU; {title} partitioner of the installed wheel)"]
+        for index, number in numbers.items():
+            group = groups[index]
+            repro = group.repro
+            verdict = "reproduces the reason" if repro.status == READY else "does not reproduce the reason"
+            output = "\n".join((repro.output or "").strip().splitlines()[-OUTPUT_LINES:])
+            lines += [
+                "",
+                f"Repro {number}: `{group.op}` ({group.reason}), from a node of {repro.policy}; {verdict}.",
+                "",
+                "```python",
+                (repro.text or "").rstrip(),
+                "```",
+                "",
+                "Output:",
+                "",
+                "```",
+                output or (repro.error or ""),
+                "```",
+            ]
+    return lines
+
+
+def backend_body(
+    sweep: Sweep, backend: str, devices: DeviceColumns | None = None, runtimes: list[str] | None = None
+) -> list[str]:
+    cells = sorted((cell for cell in sweep.cells if cell.backend == backend), key=lambda cell: cell.policy)
+    docs = sweep_documents(sweep, backend)
+    title = backend_title(backend)
+    lines = [f"## {title}: how much of each LeRobot policy {title} takes, and what blocks the rest", ""]
+    lines += _coverage(cells, backend, devices)
+    lines += ["", *_notes(sweep, docs), "", *_built_on(docs, runtimes or []), ""]
+    lines += _known_issues(blocker_groups(docs), reason_what_ifs(docs), backend)
+    return lines
+
+
+def report_markdown(
+    sweep: Sweep,
+    backend: str | None = None,
+    devices: DeviceColumns | None = None,
+    runtimes: dict[str, list[str]] | None = None,
+) -> str:
+    """The whole tracker body of each backend of the sweep (or of ``backend`` alone); ``devices`` and
+    ``runtimes`` (per backend) come from the device side when it has results."""
+    backends = [backend] if backend is not None else list(dict.fromkeys(cell.backend for cell in sweep.cells))
+    first: dict[str, Any] = sweep.cells[0].options if sweep.cells else {}
     lines = [
         f"# Sweep {sweep.id}",
         "",
         f"Options: constant propagation {'on' if sweep.constant_prop else 'off'}, "
         f"lowering {sweep.lowering}, stage bound {sweep.timeout_s:g} s (seed {first.get('seed', 0)}).",
     ]
-    backends = list(dict.fromkeys(cell.backend for cell in sweep.cells))
-    for backend in backends:
-        cells = sorted(
-            (cell for cell in sweep.cells if cell.backend == backend), key=lambda cell: cell.policy
-        )
-        rendered = [_cell_row(cell) for cell in cells]
-        lines += ["", f"## Coverage: {backend_title(backend)}", ""]
-        lines.append(markdown_table(columns(backend), (cells_ for cells_, _ in rendered)))
-        causes = [(cell.policy, cause) for cell, (_, cause) in zip(cells, rendered, strict=True) if cause]
-        if causes:
-            lines += ["", "Causes:", ""]
-            lines += [f"- {policy}: {cause}" for policy, cause in causes]
-    lines += ["", f"{PENDING}: this cell is being measured (running or queued).", ""]
+    for name in backends:
+        lines += ["", *backend_body(sweep, name, devices, (runtimes or {}).get(name))]
+    lines.append("")
     return "\n".join(lines)
+
+
+def check_backend(sweep: Sweep, backend: str | None) -> None:
+    """A backend the sweep does not have is a 422 that names the ones it has."""
+    known = list(dict.fromkeys(cell.backend for cell in sweep.cells))
+    if backend is not None and backend not in known:
+        raise Invalid(
+            [
+                {
+                    "loc": ["query", "backend"],
+                    "msg": f"sweep {sweep.id} has no backend {backend!r}; "
+                    f"it has: {', '.join(known) or 'none'}",
+                    "type": "value_error",
+                    "input": backend,
+                }
+            ]
+        )
+
+
+def report(session: Session, sweep: Sweep, backend: str | None = None) -> str:
+    check_backend(sweep, backend)
+    backends = [backend] if backend else list(dict.fromkeys(cell.backend for cell in sweep.cells))
+    runtimes = {name: device_runtimes(session, sweep, name) for name in backends}
+    return report_markdown(sweep, backend, device_columns(session, sweep), runtimes)
+
+
+def blockers(sweep: Sweep, backend: str | None = None) -> BlockersReport:
+    check_backend(sweep, backend)
+    return blockers_report(sweep.id, sweep_documents(sweep, backend), backend)
+
+
+def diff(session: Session, a: Sweep, b: Sweep) -> SweepDiff:
+    return diff_sweeps(a, b, device_samples(session, a), device_samples(session, b))
+
+
+def diff_text(result: SweepDiff) -> str:
+    return diff_markdown(result)

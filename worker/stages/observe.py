@@ -22,9 +22,12 @@ from worker.backends import Backend, Reasons, capability_reasons, xnnpack_reason
 from worker.metrics.graph import counted_nodes, op_name
 from worker.metrics.groups import connected_groups
 from worker.metrics.macs import node_macs
+from worker.repros.example import describe
 from worker.stages.events import EventLog
+from worker.whatif import programs_if_supported
 
 LEFT_OUT = "accepted by the support check, but in no partition"
+WHATIF_BUDGET_S = 120.0  # per program: past it, groups get no what-if count
 
 
 def blocker_rows(
@@ -116,7 +119,37 @@ class Observer:
             macs_on_backend=sum(self.macs.get(n, node_macs(n)) for n in on_backend),
             blockers=blocker_rows(left, {n: self.macs.get(n, node_macs(n)) for n in left}),
         )
+        self.report_groups(left, len(result.partition_tags))
         self.log.emit("phase", phase="export", program=self.program)
+
+    def report_groups(self, left: Mapping[torch.fx.Node, str], partitions: int) -> None:
+        """Per blocker group of this program: a representative node, described for its repro (the one
+        with the most heavy math), and the partition count if the group were supported."""
+        assert self.ep is not None
+        start = time.monotonic()
+        members: dict[tuple[str, str], list[torch.fx.Node]] = defaultdict(list)
+        for node, reason in left.items():
+            members[(op_name(node), reason)].append(node)
+        keys = sorted(members)
+        if self.backend.uses_capability_partitioner:
+            counts = programs_if_supported(
+                self.ep.graph_module, self.reasons, [members[k] for k in keys], partitions, WHATIF_BUDGET_S
+            )
+        else:
+            counts = [None] * len(keys)
+        groups = []
+        for (op, reason), count in zip(keys, counts, strict=True):
+            nodes = members[(op, reason)]
+            example = max(nodes, key=lambda n: self.macs.get(n, 0))
+            groups.append(
+                {
+                    "op": op,
+                    "reason": reason,
+                    "example": describe(example, self.ep),
+                    "partitions_if_supported": count,
+                }
+            )
+        self.log.emit("groups", program=self.program, groups=groups, seconds=time.monotonic() - start)
 
 
 def _histogram(macs: Mapping[torch.fx.Node, int]) -> dict[str, int]:

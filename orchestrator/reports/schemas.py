@@ -1,0 +1,101 @@
+"""What the reports API returns: blocker groups with their what-if estimates, and sweep diffs."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+
+class BlockerHit(BaseModel):
+    """One blocker group in one policy, and that policy's numbers if the group were supported."""
+
+    policy: str
+    nodes: int
+    macs: int  # heavy math kept on the CPU, weighted by runs per chunk
+    macs_share: float | None  # of the policy's weighted multiply-adds
+    extra_programs: int | None  # backend programs now minus programs if this group were supported
+    ops_total: int | None
+    ops_on_backend: int | None
+    ops_if_supported: int | None
+    heavy_share: float | None
+    heavy_share_if_supported: float | None
+    repro_status: str  # "ready", "not reproduced", "no repro"
+
+
+class ReproView(BaseModel):
+    policy: str  # whose representative node the repro was written from
+    status: str
+    text: str | None
+    output: str | None
+    reason_seen: str | None
+    error: str | None
+    note: str | None  # why there is no repro
+
+
+class BlockerGroup(BaseModel):
+    backend: str
+    op: str
+    reason: str
+    nodes: int
+    macs: int
+    extra_programs: int | None
+    repro_status: str
+    repro: ReproView
+    policies: list[BlockerHit]
+
+
+class ReasonWhatIf(BaseModel):
+    """One policy with every blocker group of one reason supported."""
+
+    backend: str
+    reason: str
+    policy: str
+    ops: list[str]
+    nodes: int
+    macs: int
+    ops_total: int | None
+    ops_on_backend: int | None
+    ops_if_supported: int | None
+    heavy_share: float | None
+    heavy_share_if_supported: float | None
+
+
+class BlockersReport(BaseModel):
+    sweep_id: int
+    backend: str | None
+    policies: list[str]
+    groups: list[BlockerGroup]
+    by_reason: list[ReasonWhatIf]
+
+
+class LatencyChange(BaseModel):
+    device_class: str
+    median_a_ms: float | None
+    median_b_ms: float | None
+    flagged: bool
+    why: str
+
+
+class CellChange(BaseModel):
+    policy: str
+    backend: str
+    changes: dict[str, list[str | None]]  # column or state -> [in a, in b]
+    latency: list[LatencyChange] = []
+
+
+class GroupKey(BaseModel):
+    backend: str
+    op: str
+    reason: str
+    policies: list[str]
+    nodes: int
+    macs: int
+
+
+class SweepDiff(BaseModel):
+    a: int
+    b: int
+    changed: list[CellChange]
+    only_in_a: list[str]  # "policy/backend" cells the other sweep does not have
+    only_in_b: list[str]
+    blockers_appeared: list[GroupKey]
+    blockers_vanished: list[GroupKey]

@@ -1,0 +1,250 @@
+"""Blocker groups, what-if estimates, the tracker report and sweep diffs, against the real migrated
+Postgres: two sweeps whose result documents are stored the way the worker stores them (jobs.start,
+jobs.finish) and that differ in one cell and one blocker group."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
+
+from coverfarm.result import (
+    Blocker,
+    HeavyMacs,
+    Ops,
+    Options,
+    Programs,
+    Repro,
+    ResultDocument,
+    StageResult,
+    StageStatus,
+    TraceInfo,
+)
+from coverfarm.settings import Settings
+from orchestrator.db import take_outbox
+from orchestrator.jobs import service as jobs
+from orchestrator.reports.diff import diff_sweeps
+from orchestrator.reports.latency import latency_change
+from orchestrator.sweeps import service as sweeps
+from orchestrator.sweeps.schemas import SweepCreate
+
+VERSIONS = {"executorch": "9.9.1", "torch": "8.8.2", "transformers": "7.7.3", "lerobot": "6.6.4"}
+CONV = ("aten.convolution.default", "op args not supported")
+ELU = ("aten.elu.default", "no operator implementation")
+
+
+def repro(op: str, reason: str, ready: bool) -> Repro:
+    seen = reason if ready else "input dtype torch.int64 not in {torch.float32}"
+    return Repro(
+        text=f"OP_NAME = {op!r}\n",
+        output=f"{op}: support check refuses it: {seen}\nverdict: ...",
+        reproduced=ready,
+        reason_seen=seen,
+        delegated=False,
+    )
+
+
+def blocker(key: tuple[str, str], count: int, macs: int, programs_if: int, ready: bool) -> Blocker:
+    return Blocker(
+        op=key[0],
+        reason=key[1],
+        count=count,
+        macs=macs,
+        programs_if_supported=programs_if,
+        repro=repro(*key, ready=ready),
+    )
+
+
+@dataclass
+class Cell:
+    ops: tuple[int, int]
+    macs: tuple[int, int]
+    programs: int
+    blockers: list[Blocker]
+
+
+def document(policy: str, cell: Cell) -> ResultDocument:
+    ok = StageResult(status=StageStatus.OK)
+    return ResultDocument(
+        policy=policy,
+        backend="vulkan",
+        options=Options(),
+        trace=ok,
+        trace_info=TraceInfo(seed=0),
+        partition=ok,
+        export=ok,
+        ops=Ops(total=cell.ops[0], on_backend=cell.ops[1]),
+        heavy_macs=HeavyMacs(total=cell.macs[0], on_backend=cell.macs[1]),
+        programs=Programs(count=cell.programs),
+        blockers=cell.blockers,
+        versions=VERSIONS,
+    )
+
+
+ACT = Cell(ops=(100, 98), macs=(1000, 1000), programs=3, blockers=[blocker(ELU, 2, 0, 2, ready=True)])
+VQBET_A = Cell(
+    ops=(200, 180),
+    macs=(4000, 1000),
+    programs=20,
+    blockers=[blocker(CONV, 3, 3000, 18, ready=True), blocker(ELU, 17, 0, 15, ready=False)],
+)
+# Sweep B: the same, except that vqbet's batched convolution is now taken.
+VQBET_B = Cell(
+    ops=(200, 183), macs=(4000, 4000), programs=18, blockers=[blocker(ELU, 17, 0, 15, ready=False)]
+)
+
+
+def stored_sweep(session: Session, settings: Settings, cells: dict[str, Cell]) -> int:
+    sweep = sweeps.create(
+        session, settings, SweepCreate(policies=list(cells), backends=["vulkan"], timeout_s=60)
+    )
+    take_outbox(session)  # nothing goes to the broker: the documents are stored here as a worker would
+    for cell in sweep.cells:
+        job = cell.jobs[0]
+        assert jobs.start(session, job.id, "w1", settings) is not None
+        jobs.finish(session, job.id, 1, document(cell.policy, cells[cell.policy]), settings)
+    session.flush()
+    return sweep.id
+
+
+@pytest.fixture
+def two_sweeps(session: Session, settings: Settings) -> tuple[int, int]:
+    return (
+        stored_sweep(session, settings, {"act": ACT, "vqbet": VQBET_A}),
+        stored_sweep(session, settings, {"act": ACT, "vqbet": VQBET_B}),
+    )
+
+
+def test_blocker_groups_are_sorted_by_heavy_math_lost_with_what_ifs(
+    client: TestClient, two_sweeps: tuple[int, int]
+) -> None:
+    a, _ = two_sweeps
+    report = client.get(f"/api/sweeps/{a}/blockers").json()
+    assert report["policies"] == ["act", "vqbet"]
+    conv, elu = report["groups"]
+    assert (conv["op"], conv["reason"]) == CONV and (elu["op"], elu["reason"]) == ELU
+    [hit] = conv["policies"]
+    assert hit["policy"] == "vqbet" and hit["nodes"] == 3 and hit["macs"] == 3000
+    assert hit["macs_share"] == pytest.approx(3000 / VQBET_A.macs[0])
+    assert hit["extra_programs"] == VQBET_A.programs - 18
+    assert hit["ops_if_supported"] == VQBET_A.ops[1] + 3
+    assert hit["heavy_share"] == pytest.approx(VQBET_A.macs[1] / VQBET_A.macs[0])
+    assert hit["heavy_share_if_supported"] == pytest.approx(1.0)
+    assert conv["repro_status"] == "ready" and conv["repro"]["text"].startswith("OP_NAME")
+    # elu hits both; its repro is the ready one (act's), not vqbet's that shows another reason.
+    assert [h["policy"] for h in elu["policies"]] == ["act", "vqbet"]
+    assert elu["nodes"] == 2 + 17
+    assert elu["extra_programs"] == (ACT.programs - 2) + (VQBET_A.programs - 15)
+    assert elu["repro_status"] == "ready" and elu["repro"]["policy"] == "act"
+    assert [h["repro_status"] for h in elu["policies"]] == ["ready", "not reproduced"]
+    # All groups of one reason: vqbet regains its convolutions' heavy math first.
+    first = report["by_reason"][0]
+    assert (first["policy"], first["reason"]) == ("vqbet", CONV[1])
+    assert first["heavy_share_if_supported"] == pytest.approx(1.0)
+
+
+def test_report_is_the_whole_tracker_body(client: TestClient, two_sweeps: tuple[int, int]) -> None:
+    a, _ = two_sweeps
+    response = client.get(f"/api/sweeps/{a}/report.md", params={"backend": "vulkan"})
+    assert response.status_code == 200, response.text
+    text = response.text
+    sections = ["### Coverage", "Legend:", "Notes:", "### Built on", "### Known issues", "#### Repros"]
+    positions = [text.index(section) for section in sections]
+    assert positions == sorted(positions)
+    assert f"| act | {ACT.ops[1]} / {ACT.ops[0]} (98%) | 100% | {ACT.programs} | ✓ |" in text
+    assert "act, vqbet use random weights" in text
+    assert f"ExecuTorch: {VERSIONS['executorch']}" in text
+    assert f"torch {VERSIONS['torch']}, transformers {VERSIONS['transformers']}" in text
+    assert f"LeRobot: {VERSIONS['lerobot']}" in text
+    conv_row = next(line for line in text.splitlines() if line.startswith(f"| `{CONV[0]}`"))
+    assert "vqbet (75% of its heavy math stays on the CPU, 3 nodes)" in conv_row
+    assert conv_row.endswith("| 2 | Repro ready (repro 1) |")
+    elu_row = next(line for line in text.splitlines() if line.startswith(f"| `{ELU[0]}`"))
+    assert "Repro ready (repro 2)" in elu_row
+    assert text.index(conv_row) < text.index(elu_row)
+    assert "```python\nOP_NAME = 'aten.convolution.default'\n```" in text
+    # The CLI's default: every backend of the sweep.
+    assert client.get(f"/api/sweeps/{a}/report.md").text.count("### Known issues") == 1
+
+
+def test_unknown_backend_and_sweep_are_clear_errors(client: TestClient, two_sweeps: tuple[int, int]) -> None:
+    a, _ = two_sweeps
+    for path in (f"/api/sweeps/{a}/report.md", f"/api/sweeps/{a}/blockers"):
+        response = client.get(path, params={"backend": "metal"})
+        assert response.status_code == 422
+        [error] = response.json()["detail"]
+        assert error["loc"] == ["query", "backend"] and "no backend 'metal'" in error["msg"]
+        assert "vulkan" in error["msg"]
+    assert client.get("/api/sweeps/999999/blockers").status_code == 404
+    assert client.get(f"/api/sweeps/{a}/diff/999999").json() == {"detail": "sweep 999999 not found"}
+
+
+def test_diff_names_the_changed_cell_and_the_vanished_blocker(
+    client: TestClient, two_sweeps: tuple[int, int]
+) -> None:
+    a, b = two_sweeps
+    diff = client.get(f"/api/sweeps/{a}/diff/{b}").json()
+    [cell] = diff["changed"]
+    assert (cell["policy"], cell["backend"]) == ("vqbet", "vulkan")
+    changes = cell["changes"]
+    assert changes["Ops on Vulkan"] == ["180 / 200 (90%)", "183 / 200 (92%)"]
+    assert changes["Heavy math on Vulkan"] == ["25%", "100%"]
+    assert changes["Vulkan programs"] == ["20", "18"]
+    assert changes[f"blocker {CONV[0]}: {CONV[1]}"] == ["3 nodes, 3000 MACs", None]
+    assert "state" not in changes and f"blocker {ELU[0]}: {ELU[1]}" not in changes
+    assert [(g["op"], g["reason"], g["policies"]) for g in diff["blockers_vanished"]] == [(*CONV, ["vqbet"])]
+    assert diff["blockers_appeared"] == [] and diff["only_in_a"] == diff["only_in_b"] == []
+    back = client.get(f"/api/sweeps/{b}/diff/{a}").json()
+    assert [(g["op"], g["reason"]) for g in back["blockers_appeared"]] == [CONV]
+    same = client.get(f"/api/sweeps/{a}/diff/{a}").json()
+    assert same["changed"] == [] and same["blockers_vanished"] == []
+    text = client.get(f"/api/sweeps/{a}/diff/{b}.md").text
+    assert "- vqbet on Vulkan" in text and "Vulkan programs: 20 → 18" in text
+    assert f"Blocker groups that vanished:\n- Vulkan: {CONV[0]} ({CONV[1]}) in vqbet" in text
+
+
+def test_latency_is_flagged_only_beyond_both_runs_spread() -> None:
+    steady = [10.0, 10.2, 9.9, 10.1, 10.0, 10.3, 9.8]
+    assert not latency_change("mali-g610", steady, [s + 0.1 for s in steady]).flagged
+    slower = latency_change("mali-g610", steady, [s * 1.5 for s in steady])
+    assert slower.flagged and slower.why.startswith("slower")
+    assert latency_change("mali-g610", [s * 1.5 for s in steady], steady).why.startswith("faster")
+    # A noisy run: the medians differ by 20%, but its own spread covers the other run.
+    noisy = [8.0, 9.0, 12.0, 14.0, 12.5, 7.5, 13.0]
+    assert not latency_change("mali-g610", steady, noisy).flagged
+    few = latency_change("mali-g610", [10.0], [20.0])
+    assert not few.flagged and "too few samples" in few.why
+
+
+def test_dashboard_blockers_page_shows_the_known_issues_with_repros(
+    client: TestClient, two_sweeps: tuple[int, int]
+) -> None:
+    a, _ = two_sweeps
+    response = client.get(f"/sweeps/{a}/blockers")
+    assert response.status_code == 200, response.text
+    page = response.text
+    assert page.index(f"<code>{CONV[0]}</code>") < page.index(f"<code>{ELU[0]}</code>")
+    assert "vqbet (75%, 3)" in page
+    assert page.count('<details class="repro">') == 2
+    # Repro text and output are escaped, not interpreted as markup.
+    assert "OP_NAME = &#39;aten.convolution.default&#39;" in page
+    assert "refuses it: op args not supported" in page
+    assert client.get(f"/sweeps/{a}/blockers", params={"backend": "metal"}).status_code == 422
+    assert f'href="/sweeps/{a}/blockers"' in client.get(f"/sweeps/{a}").text
+
+
+def test_diff_flags_a_device_latency_change_only_beyond_the_spread(
+    session: Session, two_sweeps: tuple[int, int]
+) -> None:
+    a, b = (sweeps.get(session, sweep_id) for sweep_id in two_sweeps)
+    steady = [10.0, 10.2, 9.9, 10.1, 10.0]
+    key = ("act", "vulkan")  # act's numbers and blockers are the same in both sweeps
+    same = diff_sweeps(a, b, {key: {"mali-g610": steady}}, {key: {"mali-g610": [s + 0.05 for s in steady]}})
+    assert [cell.policy for cell in same.changed] == ["vqbet"]
+    slower = diff_sweeps(a, b, {key: {"mali-g610": steady}}, {key: {"mali-g610": [s * 2 for s in steady]}})
+    act = next(cell for cell in slower.changed if cell.policy == "act")
+    assert act.changes == {}
+    [change] = act.latency
+    assert change.flagged and change.median_b_ms == pytest.approx(2 * change.median_a_ms)
