@@ -15,7 +15,14 @@ QUEUE_LOWER = "lower"
 QUEUE_LOWER_LONG = "lower.long"
 QUEUES = (QUEUE_LOWER, QUEUE_LOWER_LONG)
 LOWER_TASK = "coverfarm.lower"
+DEVICE_TASK = "coverfarm.device_run"
+DEVICE_QUEUE_PREFIX = "device."
 MESSAGE_VERSION = 1
+
+
+def device_queue(device_class: str) -> str:
+    """The queue device runners of ``device_class`` consume (``device.cpu-x86_64-xnnpack``)."""
+    return f"{DEVICE_QUEUE_PREFIX}{device_class}"
 
 
 class LowerMessage(BaseModel):
@@ -27,6 +34,20 @@ class LowerMessage(BaseModel):
     job_id: int
     policy: str  # for the worker's log line; the job row is authoritative
     backend: str
+
+
+class DeviceMessage(BaseModel):
+    """The one argument of the ``coverfarm.device_run`` task, consumed by device runners.
+
+    The runner claims the job over authenticated HTTP before doing anything; the claim, not this
+    message, tells it which bundle to fetch.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    version: int = MESSAGE_VERSION
+    job_id: int
+    device_class: str
 
 
 def time_limits(stage_timeout_s: float) -> tuple[float, float]:
@@ -81,3 +102,7 @@ def send_lower(app: Celery, message: LowerMessage, queue: str, stage_timeout_s: 
         soft_time_limit=soft,
         time_limit=hard,
     )
+
+
+def send_device(app: Celery, message: DeviceMessage, queue: str) -> None:
+    app.send_task(DEVICE_TASK, args=[message.model_dump(mode="json")], queue=queue)

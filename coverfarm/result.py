@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -50,6 +50,9 @@ class Options(BaseModel):
     seed: int = 0
     checkpoint: str | None = None
     frames: int = Field(16, ge=1, le=16)  # eager reference frames for the device's comparison
+    # real: seeded (or checkpoint) weights; fake: FakeTensors, coverage only (no export, no references);
+    # auto: fake when the estimated real-weight peak exceeds the worker's memory (``weights`` says why)
+    weights: Literal["auto", "real", "fake"] = "auto"
 
 
 class StageResult(BaseModel):
@@ -78,13 +81,40 @@ class Programs(BaseModel):
     delegates: int | None = None  # executorch_call_delegate nodes after lowering (None if lowering not done)
 
 
+class Repro(BaseModel):
+    """A minimal standalone script for one blocker group, and what running it against the installed
+    wheel showed. ``reproduced`` ("repro ready") only when it shows the group's own reason."""
+
+    text: str
+    output: str = ""
+    reproduced: bool = False
+    reason_seen: str | None = None  # the support check's reason in the repro; None when it accepted
+    delegated: bool | None = None  # whether the repro's op ended up in a backend program
+    error: str | None = None  # why it could not be run or judged (timeout, crash, no verdict)
+    cached: bool = False  # the verdict came from the repro cache (same text, same versions)
+
+
 class Blocker(BaseModel):
-    """Nodes of one op left on the CPU for one reason, over all programs of the policy."""
+    """Nodes of one op left on the CPU for one reason, over all programs of the policy.
+
+    The optional fields came later; documents stored without them still validate.
+    """
 
     op: str
     reason: str
     count: int
     macs: int  # weighted by runs per chunk
+    # A representative node: its op, and each argument's shape, dtype and kind, or its value.
+    example: dict[str, Any] | None = None
+    # Backend programs if this group alone were supported (the exact partitioner re-run over every
+    # program the group is in); None when not computed (no capability partitioner, out of budget).
+    programs_if_supported: int | None = None
+    repro: Repro | None = None
+    repro_note: str | None = None  # why there is no repro (op not expressible, over the group limit)
+
+    @property
+    def repro_ready(self) -> bool:
+        return self.repro is not None and self.repro.reproduced
 
 
 class ProgramResult(BaseModel):
@@ -118,6 +148,18 @@ class TraceInfo(BaseModel):
     frames_wanted: int = 16
 
 
+class WeightsInfo(BaseModel):
+    """Which weights the cell was measured with, and why."""
+
+    mode: Literal["real", "fake"]
+    requested: Literal["auto", "real", "fake"]
+    reason: str  # "asked for", or the estimate against the worker's memory that decided
+    parameter_bytes: int | None = None  # parameters, buffers and constants of the traced programs
+    estimated_peak_gb: float | None = None  # estimated peak memory of a stage with real weights
+    worker_memory_gb: float | None = None  # the memory of the worker that decided
+    needs_worker_gb: int | None = None  # the smallest worker, in whole GB, the real-weight stages fit
+
+
 class ResultDocument(BaseModel):
     schema_version: int = SCHEMA_VERSION
     policy: str
@@ -135,6 +177,10 @@ class ResultDocument(BaseModel):
     timings: dict[str, float] = Field(default_factory=dict)
     versions: dict[str, str] = Field(default_factory=dict)
     bundle: Bundle | None = None
+    weights: WeightsInfo | None = None
+    # Peak resident memory (MB) of each stage's child process by the end of that stage: trace,
+    # reference, partition, export (a later phase of the same process includes the earlier ones).
+    memory: dict[str, float] = Field(default_factory=dict)
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
     @property

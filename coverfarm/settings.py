@@ -17,11 +17,13 @@ from typing import Annotated, Self
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-# The policies and backends the engine has adapters for (worker.policies.registry.supported() and
-# worker.backends.BACKENDS). The orchestrator cannot ask the registry, which imports torch, so the
-# names are configuration; tests/orchestrator/test_settings_and_queues.py keeps them in step.
-DEFAULT_POLICIES = ["act", "diffusion", "gaussian_actor", "multi_task_dit", "tdmpc", "vqbet"]
-DEFAULT_BACKENDS = ["vulkan", "xnnpack"]
+from coverfarm import catalog
+
+# The tracker's policies (every one keeps its row: those the engine cannot build get a result with the
+# cause) and the engine's backends. The orchestrator cannot ask the engine, which imports torch, so the
+# names come from the torch-free catalog; tests/orchestrator/test_settings_and_queues.py keeps them in step.
+DEFAULT_POLICIES = list(catalog.POLICIES)
+DEFAULT_BACKENDS = list(catalog.BACKENDS)
 ADMIN_TOKEN_FILE = "admin-token"
 
 
@@ -43,6 +45,13 @@ class Settings(BaseSettings):
     # "module:function" with worker.engine.analyze's signature. Tests point it at a stand-in.
     engine: str = "worker.engine:analyze"
     out_dir: Path | None = None  # None: home/out
+    # The content-addressed artifact store (bundles by sha256), shared by CPU workers and the
+    # orchestrator, which serves it to device runners. None: home/artifacts.
+    artifact_dir: Path | None = None
+    # How long an enrolment token stays usable unless its creator says otherwise.
+    enrolment_token_ttl_s: float = Field(86400.0, gt=0)
+    # A device runner's own bound on one bundle run (download, load, test case, frames, timing).
+    device_timeout_s: float = Field(900.0, gt=0)
 
     heartbeat_interval_s: float = Field(15.0, gt=0)
     heartbeat_timeout_s: float = Field(90.0, gt=0)  # a running job silent this long is re-queued
@@ -106,6 +115,15 @@ class Settings(BaseSettings):
     @property
     def results_dir(self) -> Path:
         return self.out_dir or self.home / "out"
+
+    @property
+    def artifacts_dir(self) -> Path:
+        return self.artifact_dir or self.home / "artifacts"
+
+    @property
+    def runner_config_path(self) -> Path:
+        """Where ``coverfarm runner register`` keeps this host's runner credential (0600)."""
+        return self.home / "runner.json"
 
     @property
     def is_embedded(self) -> bool:

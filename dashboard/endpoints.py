@@ -18,7 +18,9 @@ from coverfarm import tracker
 from dashboard import views
 from dashboard.heatmap import heatmap
 from orchestrator.deps import SessionDep
+from orchestrator.devices.grid import device_cells
 from orchestrator.models import utcnow
+from orchestrator.reports import service as reports
 from orchestrator.sweeps import service
 
 HERE = Path(__file__).resolve().parent
@@ -36,6 +38,7 @@ _env.globals.update(
     compact=views.compact,
     duration=views.duration_text,
     NO_DEVICE=views.NO_DEVICE,
+    percent=views.percent_of,
 )
 templates = Jinja2Templates(env=_env)
 
@@ -47,8 +50,9 @@ def _macros() -> Any:
 
 
 def _grid_context(session: SessionDep, sweep_id: int) -> dict[str, Any]:
-    sweep = service.sweep_view(service.get(session, sweep_id))
-    grid = views.grid(sweep)
+    stored = service.get(session, sweep_id)
+    sweep = service.sweep_view(stored)
+    grid = views.grid(sweep, device_cells(session, stored))
     return {"sweep": sweep, "grid": grid, "heatmap": heatmap(grid), "progress": views.progress(sweep)}
 
 
@@ -100,6 +104,18 @@ def sweep_live(sweep_id: int, session: SessionDep) -> JSONResponse:
         },
         headers={"Cache-Control": "no-store"},
     )
+
+
+@router.get("/sweeps/{sweep_id}/blockers", response_class=HTMLResponse)
+def sweep_blockers(
+    request: Request,
+    sweep_id: int,
+    session: SessionDep,
+    backend: Annotated[str | None, Query(description="only this backend")] = None,
+) -> HTMLResponse:
+    """The sweep's Known issues: blocker groups heaviest first, what-ifs, repros with their output."""
+    report = reports.blockers(service.get(session, sweep_id), backend)
+    return templates.TemplateResponse(request, "blockers.html", {"report": report, "now": utcnow()})
 
 
 @router.get("/cells/{cell_id}", response_class=HTMLResponse)

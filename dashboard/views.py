@@ -70,6 +70,14 @@ def compact(number: int | float | None) -> str:
     return f"{number:g}"
 
 
+def percent_of(share: float | None) -> str:
+    """A share (0..1) as the tracker prints it; "<1%" rather than a misleading "0%"."""
+    if share is None:
+        return NOT_APPLICABLE
+    text = f"{round(100 * share)}%"
+    return "<1%" if text == "0%" and share > 0 else text
+
+
 def share_text(part: int, whole: int | None) -> str:
     text = tracker.percent(part, whole or 0)
     return "<1%" if text == "0%" and part > 0 else text
@@ -185,10 +193,25 @@ def _empty_fields(cell: CellPublic, width: int) -> list[Field]:
     ]
 
 
-def grid_cell(cell: CellPublic) -> GridCell:
+def device_field(texts: dict[str, str]) -> Field:
+    """The device column from orchestrator.devices.grid's texts, one "class: text" per device class."""
+    shown = "; ".join(texts.values()) if len(texts) == 1 else "; ".join(f"{k}: {v}" for k, v in texts.items())
+    values = set(texts.values())
+    if any(text.startswith("❌") for text in values):
+        tone = "failed"
+    elif any(text.startswith("✓") for text in values):
+        tone = "ok"
+    else:
+        tone = "pending" if tracker.PENDING in values else "muted"
+    return Field(shown, tone, None, ", ".join(texts))
+
+
+def grid_cell(cell: CellPublic, device_texts: dict[str, str] | None = None) -> GridCell:
     doc = document(cell)
     width = len(backend_columns(cell.backend))
     fields = _doc_fields(cell, doc) if doc is not None else _empty_fields(cell, width)
+    if device_texts:
+        fields[-1] = device_field(device_texts)
     heavy_share = fields[1].share if doc is not None else None
     heavy_text = fields[1].text
     title = tracker.backend_title(cell.backend)
@@ -218,8 +241,12 @@ class Grid:
     cells: list[GridCell] = field(default_factory=list)
 
 
-def grid(sweep: SweepPublic) -> Grid:
-    cells = {(cell.policy, cell.backend): grid_cell(cell) for cell in sweep.cells}
+def grid(sweep: SweepPublic, devices: dict[tuple[str, str], dict[str, str]] | None = None) -> Grid:
+    """``devices``: orchestrator.devices.grid.device_cells of the sweep (its device columns)."""
+    cells = {
+        (cell.policy, cell.backend): grid_cell(cell, (devices or {}).get((cell.policy, cell.backend)))
+        for cell in sweep.cells
+    }
     rows = [(p, [cells.get((p, backend)) for backend in sweep.backends]) for p in sweep.policies]
     return Grid(sweep, sweep.backends, sweep.policies, rows, list(cells.values()))
 

@@ -17,10 +17,13 @@ from coverfarm.queues import make_celery
 from coverfarm.settings import Settings, get_settings
 from dashboard.endpoints import router as dashboard_router
 from orchestrator.db import make_engine, make_sessionmaker
+from orchestrator.devices.endpoints import router as devices_router
+from orchestrator.devices.errors import Refused
 from orchestrator.errors import Invalid, NotFound
 from orchestrator.events.endpoints import router as events_router
 from orchestrator.events.hub import EventHub
 from orchestrator.jobs.reconciler import Reconciler
+from orchestrator.reports.endpoints import router as reports_router
 from orchestrator.sweeps.endpoints import router as sweeps_router
 from orchestrator.workers.endpoints import router as workers_router
 
@@ -64,13 +67,20 @@ def create_app(
     app = FastAPI(title="coverfarm", lifespan=lifespan)
     app.state.settings = settings
     app.include_router(sweeps_router, prefix="/api")
+    app.include_router(reports_router, prefix="/api")
     app.include_router(events_router, prefix="/api")
     app.include_router(dashboard_router)
     app.include_router(workers_router, prefix="/api")
+    app.include_router(devices_router, prefix="/api")
 
     @app.exception_handler(NotFound)
     async def not_found(_request: Request, error: NotFound) -> JSONResponse:
         return JSONResponse({"detail": str(error)}, status_code=status.HTTP_404_NOT_FOUND)
+
+    @app.exception_handler(Refused)
+    async def refused(_request: Request, error: Refused) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if error.status_code == 401 else None
+        return JSONResponse({"detail": error.detail}, status_code=error.status_code, headers=headers)
 
     @app.exception_handler(Exception)
     async def internal(_request: Request, error: Exception) -> JSONResponse:

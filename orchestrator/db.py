@@ -12,7 +12,7 @@ from celery import Celery
 from sqlalchemy import Engine, MetaData, create_engine, event
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 
-from coverfarm.queues import LowerMessage, send_lower
+from coverfarm.queues import DeviceMessage, LowerMessage, send_device, send_lower
 from coverfarm.settings import Settings
 
 OUTBOX = "coverfarm_outbox"
@@ -57,7 +57,7 @@ def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
 
 @dataclass(frozen=True)
 class Outgoing:
-    message: LowerMessage
+    message: LowerMessage | DeviceMessage
     queue: str
     stage_timeout_s: float
 
@@ -77,7 +77,10 @@ def send_all(celery: Celery, outbox: list[Outgoing]) -> None:
     # it again (resend_after_s), so the caller still succeeds for what it stored.
     for item in outbox:
         try:
-            send_lower(celery, item.message, item.queue, item.stage_timeout_s)
+            if isinstance(item.message, DeviceMessage):
+                send_device(celery, item.message, item.queue)
+            else:
+                send_lower(celery, item.message, item.queue, item.stage_timeout_s)
         except Exception:
             log.exception("sending job %s failed; the reconciler will send it again", item.message.job_id)
 

@@ -86,6 +86,8 @@ class Sweep(Base):
     lowering: Mapped[str] = mapped_column(String(16))
     timeout_s: Mapped[float] = mapped_column(Float)
     cancelled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Device classes each cell with a bundle runs on (those of the cell's backend), e.g. cpu-x86_64-xnnpack.
+    device_classes: Mapped[list[str]] = mapped_column(JSONType, default=list)
 
     cells: Mapped[list[Cell]] = relationship(back_populates="sweep", order_by="Cell.id")
 
@@ -111,8 +113,8 @@ class Job(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     cell_id: Mapped[int] = mapped_column(ForeignKey("cells.id", ondelete="CASCADE"), index=True)
-    stage: Mapped[str] = mapped_column(String(32))
-    queue: Mapped[str] = mapped_column(String(32))
+    stage: Mapped[str] = mapped_column(String(64))  # "lower", "lower.long", "run:<device class>"
+    queue: Mapped[str] = mapped_column(String(64))
     timeout_s: Mapped[float] = mapped_column(Float)
     status: Mapped[JobStatus] = mapped_column(JobStatusType, default=JobStatus.QUEUED)
     status_reason: Mapped[str | None] = mapped_column(Text)
@@ -190,6 +192,78 @@ class Worker(Base):
     state_changed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_heartbeat: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class RunnerState(StrEnum):
+    QUARANTINED = "quarantined"  # enrolled or back from an infrastructure error: health check first
+    HEALTHY = "healthy"  # passed its health check; takes device jobs
+    OFFLINE = "offline"  # missed heartbeats
+    REVOKED = "revoked"  # its credential no longer opens anything
+
+
+class Runner(Base):
+    """A device runner enrolled with a one-time token. Its state changes only through
+    ``orchestrator.devices.transitions``; its credential is stored as a sha256."""
+
+    __tablename__ = "runners"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+    device_classes: Mapped[list[str]] = mapped_column(JSONType)
+    probe: Mapped[dict[str, Any]] = mapped_column(JSONType)  # gpu_runner.result.ProbeReport
+    credential_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    state: Mapped[str] = mapped_column(String(16))  # a RunnerState value
+    state_reason: Mapped[str | None] = mapped_column(Text)
+    state_changed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    enrolled_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_heartbeat: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class EnrolmentToken(Base):
+    """A one-time enrolment token, stored as its sha256."""
+
+    __tablename__ = "enrolment_tokens"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    runner_id: Mapped[int | None] = mapped_column(ForeignKey("runners.id", ondelete="SET NULL"))
+
+
+class Artifact(Base):
+    """A bundle in the content-addressed store (the files live in ``settings.artifacts_dir``)."""
+
+    __tablename__ = "artifacts"
+
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    files: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class DeviceRun(Base):
+    """The device result of one cell on one device class: from its device job (``job_id``) or from an
+    offline import. One row per (cell, class): a retried attempt or a second import replaces it."""
+
+    __tablename__ = "device_runs"
+    __table_args__ = (UniqueConstraint("cell_id", "device_class"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    cell_id: Mapped[int] = mapped_column(ForeignKey("cells.id", ondelete="CASCADE"), index=True)
+    device_class: Mapped[str] = mapped_column(String(64))
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
+    runner_id: Mapped[int | None] = mapped_column(ForeignKey("runners.id", ondelete="SET NULL"))
+    attempt: Mapped[int | None] = mapped_column(Integer)
+    source: Mapped[str] = mapped_column(String(16))  # "job" or "import"
+    status: Mapped[str] = mapped_column(String(16))  # DeviceResult.status
+    median_ms: Mapped[float | None] = mapped_column(Float)
+    error: Mapped[str | None] = mapped_column(Text)
+    bundle_sha256: Mapped[str] = mapped_column(String(64))
+    document: Mapped[dict[str, Any]] = mapped_column(JSONType)  # gpu_runner.result.DeviceResult
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
 class Event(Base):

@@ -3,10 +3,16 @@
 ``analyze`` runs the trace stage (cached by content hash) and the lower stage, each in a child process
 under its time bounds, folds what they logged into a ``ResultDocument`` and, when every program
 exported, writes the bundle. It is what ``coverfarm analyze`` and the farm's CPU workers call.
+
+A policy the catalog names but the engine cannot build (not in the installed LeRobot, or no adapter
+yet) gets a result whose trace failed with that cause: its row stays, with ❌. Weights are real or fake
+(``worker.weights``); a fake-weight cell has every coverage column and an export that did not run.
+Each stage child's peak memory goes into ``memory``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -14,15 +20,30 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from coverfarm import catalog
 from coverfarm.errors import UserError
-from coverfarm.result import ErrorInfo, Options, ResultDocument, StageResult, StageStatus, TraceInfo
+from coverfarm.result import (
+    ErrorInfo,
+    Options,
+    ResultDocument,
+    StageResult,
+    StageStatus,
+    TraceInfo,
+    WeightsInfo,
+)
 from worker.assemble import fold_lower_events
 from worker.backends import get_backend
 from worker.bundle import write_bundle
+from worker.memory import worker_memory_gb
+from worker.repros.attach import attach_repros
+from worker.repros.verify import default_repro_cache
 from worker.stages.bounded import StageRun, run_bounded
 from worker.stages.trace import TRACE_MANIFEST
 from worker.trace_cache import load_trace_manifest, trace_key
 from worker.versions import versions
+from worker.weights import checkpoint_bytes, decide, export_not_run
+
+MEMORY_FILE = "memory.json"  # in a trace directory: the trace child's peaks, kept with the cache
 
 Progress = Callable[[str], None]
 
@@ -31,15 +52,32 @@ def default_trace_cache() -> Path:
     return Path(os.environ.get("COVERFARM_TRACE_CACHE", Path.home() / ".cache" / "coverfarm" / "traces"))
 
 
+def not_measurable(policy: str) -> str | None:
+    """Why a policy the catalog names cannot be built here, or None when it can."""
+    from worker.policies.registry import supported
+
+    reason = catalog.unavailable_reason(policy)
+    if reason is None and policy not in supported():
+        reason = f"coverfarm has no adapter for {policy} yet"
+    return reason
+
+
 def validate(policy: str, backend: str, options: Options) -> None:
     """Reject bad input before any work starts, with one clear line."""
     from worker.policies.registry import UnsupportedPolicyError, get_adapter
 
     get_backend(backend)
+    if policy not in catalog.POLICIES:
+        try:
+            get_adapter(policy)
+        except UnsupportedPolicyError:
+            raise UserError(catalog.check_policy(policy) or f"unknown policy {policy!r}") from None
     try:
-        get_adapter(policy)
-    except UnsupportedPolicyError as error:
+        worker_memory_gb()
+    except ValueError as error:
         raise UserError(str(error)) from None
+    if options.weights == "fake" and options.checkpoint is not None:
+        raise UserError("weights fake builds the policy without weights: it cannot use a checkpoint")
     if options.checkpoint is not None:
         path = Path(options.checkpoint)
         if not path.is_dir() or not os.access(path, os.R_OK):
@@ -61,15 +99,28 @@ def _stage_error(run: StageRun, stage: str) -> ErrorInfo | None:
     return None
 
 
+def _megabytes(peaks: dict[str, int]) -> dict[str, float]:
+    return {phase: round(value / 2**20, 1) for phase, value in peaks.items()}
+
+
+def read_memory(path: Path) -> dict[str, float]:
+    """The peaks (MB) a trace child reached, as recorded beside its work or its cached trace."""
+    try:
+        memory: dict[str, float] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return memory
+
+
 def trace(
-    policy: str, options: Options, cache: Path, work: Path, progress: Progress
+    policy: str, options: Options, cache: Path, work: Path, progress: Progress, weights: str = "real"
 ) -> tuple[StageResult, Path | None, dict[str, Any] | None]:
     """The trace stage, or its cached result: (stage result, trace dir, trace manifest)."""
-    key = trace_key(policy, options.seed, options.checkpoint, options.frames)
+    key = trace_key(policy, options.seed, options.checkpoint, options.frames, weights)
     cached = cache / key
     manifest = load_trace_manifest(cached)
     if manifest is not None:
-        progress(f"trace: cached ({cached})")
+        progress(f"trace: cached, {weights} weights ({cached})")
         return StageResult(status=StageStatus.OK, seconds=0.0), cached, manifest
     cache.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=cache))
@@ -80,12 +131,14 @@ def trace(
         str(options.seed),
         "--frames",
         str(options.frames),
+        "--weights",
+        weights,
         "--out",
         str(staging),
     ]
     if options.checkpoint:
         args += ["--checkpoint", options.checkpoint]
-    progress(f"trace: building and exporting {policy}")
+    progress(f"trace: building and exporting {policy} with {weights} weights")
     run = run_bounded(
         "worker.stages.trace",
         args,
@@ -95,6 +148,10 @@ def trace(
         log_path=work / "trace.log",
     )
     seconds = sum(run.phase_seconds.values())
+    memory = _megabytes(run.phase_peak_bytes)
+    if memory:
+        progress("trace: peak memory " + ", ".join(f"{k} {v:.0f} MB" for k, v in memory.items()))
+    (work / f"trace-{weights}.{MEMORY_FILE}").write_text(json.dumps(memory))
     if run.timed_out_phase == "trace":
         shutil.rmtree(staging, ignore_errors=True)
         error = ErrorInfo(
@@ -108,6 +165,7 @@ def trace(
         shutil.rmtree(staging, ignore_errors=True)
         failure = failure or ErrorInfo(stage="trace", type="IncompleteTrace", message=run.log_tail)
         return StageResult(status=StageStatus.FAILED, seconds=seconds, error=failure), None, None
+    (staging / MEMORY_FILE).write_text(json.dumps(memory))
     try:
         staging.rename(cached)  # atomic; another worker may have won the race with the same content
     except OSError:
@@ -115,40 +173,67 @@ def trace(
     return StageResult(status=StageStatus.OK, seconds=seconds), cached, load_trace_manifest(cached)
 
 
-def analyze(
-    policy: str,
-    backend: str,
-    options: Options,
-    out_dir: Path,
-    progress: Progress | None = None,
-    trace_cache: Path | None = None,
-) -> ResultDocument:
-    """Measure one cell. Bad input raises ``UserError``; everything ExecuTorch does is a result."""
-    say: Progress = progress or (lambda _message: None)
-    validate(policy, backend, options)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    work = out_dir / f"{policy}-{backend}"
-    if work.exists():
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
+TraceOutcome = tuple[StageResult, Path | None, dict[str, Any] | None]
 
-    trace_stage, trace_dir, manifest = trace(policy, options, trace_cache or default_trace_cache(), work, say)
-    doc = ResultDocument(
-        policy=policy, backend=backend, options=options, trace=trace_stage, versions=versions()
-    )
-    doc.timings["trace_s"] = round(trace_stage.seconds or 0.0, 3)
-    if trace_dir is None or manifest is None:
-        return doc
-    doc.trace_info = TraceInfo(
-        seed=options.seed,
-        checkpoint=options.checkpoint,
-        weights="checkpoint" if options.checkpoint else "random",
-        cache_key=trace_dir.name,
-        substitutions=manifest.get("substitutions", []),
-        frames=manifest.get("frames", 0),
-        frames_wanted=manifest.get("frames_wanted", options.frames),
-    )
 
+def _cached_parameter_bytes(policy: str, options: Options, cache: Path) -> int | None:
+    for weights in ("real", "fake"):
+        key = trace_key(policy, options.seed, options.checkpoint, options.frames, weights)
+        manifest = load_trace_manifest(cache / key)
+        if manifest is not None and manifest.get("parameter_bytes") is not None:
+            return int(manifest["parameter_bytes"])
+    return None
+
+
+def traced(
+    policy: str, options: Options, cache_dir: Path | None, work: Path, say: Progress
+) -> tuple[WeightsInfo, TraceOutcome]:
+    """Choose the weights (``worker.weights``) and trace with them.
+
+    ``auto`` sizes the policy from its checkpoint's files, a cached trace's manifest, or else a
+    fake-weight trace (cached too, and used as is when real weights do not fit).
+    """
+    cache = cache_dir or default_trace_cache()
+    worker_gb = worker_memory_gb()
+    if options.weights != "auto":
+        weights = decide(options.weights, None, worker_gb)
+        return weights, trace(policy, options, cache, work, say, weights.mode)
+    if options.checkpoint is not None:
+        size: int | None = checkpoint_bytes(options.checkpoint)
+    else:
+        size = _cached_parameter_bytes(policy, options, cache)
+    if size is None:
+        say("weights: auto, sizing the policy with a fake-weight trace")
+        sizing = trace(policy, options, cache, work, say, "fake")
+        manifest = sizing[2]
+        if manifest is None or manifest.get("parameter_bytes") is None:
+            error = sizing[0].error.one_line() if sizing[0].error else sizing[0].status.value
+            weights = decide("real", None, worker_gb)
+            weights.requested = "auto"
+            weights.reason = f"the fake-weight trace that sizes the policy did not finish ({error})"
+            say(f"weights: real ({weights.reason})")
+            return weights, trace(policy, options, cache, work, say, "real")
+        weights = decide("auto", int(manifest["parameter_bytes"]), worker_gb)
+        say(f"weights: {weights.mode} ({weights.reason})")
+        if weights.mode == "fake":
+            return weights, sizing
+        return weights, trace(policy, options, cache, work, say, "real")
+    weights = decide("auto", size, worker_gb)
+    say(f"weights: {weights.mode} ({weights.reason})")
+    return weights, trace(policy, options, cache, work, say, weights.mode)
+
+
+def lower(
+    doc: ResultDocument,
+    manifest: dict[str, Any],
+    trace_dir: Path,
+    work: Path,
+    say: Progress,
+    repro_cache: Path,
+) -> Path:
+    """The lower stage of a traced cell, folded into ``doc``, and each blocker group's verified repro;
+    returns the directory of the lowered programs."""
+    backend, options = doc.backend, doc.options
     say(f"lower: {backend} ({options.lowering} partitioning, constant propagation {options.constant_prop})")
     lowered = work / "lowered"
 
@@ -160,6 +245,8 @@ def analyze(
             say(f"  {program}: {event['partitions']} partitions in {event['seconds']:.1f} s")
         elif kind == "exported":
             say(f"  {program}: exported ({event['bytes']} bytes)")
+        elif kind == "not_exported":
+            say(f"  {program}: not exported ({event['reason']})")
         elif kind == "error":
             say(f"  {program}: {event['type']}: {str(event['message']).splitlines()[0][:200]}")
 
@@ -184,6 +271,76 @@ def analyze(
         on_event=report,
     )
     fold_lower_events(doc, manifest, trace_dir, run, options.timeout_s)
+    memory = _megabytes(run.phase_peak_bytes)
+    doc.memory.update(memory)
+    if memory:
+        say("lower: peak memory " + ", ".join(f"{k} {v:.0f} MB" for k, v in memory.items()))
+    if doc.weights is not None and doc.weights.mode == "fake" and doc.partition.status is StageStatus.OK:
+        doc.export = export_not_run(doc.weights)
+    attach_repros(doc, work, repro_cache, say)
+    return lowered
+
+
+def analyze(
+    policy: str,
+    backend: str,
+    options: Options,
+    out_dir: Path,
+    progress: Progress | None = None,
+    trace_cache: Path | None = None,
+    repro_cache: Path | None = None,
+) -> ResultDocument:
+    """Measure one cell. Bad input raises ``UserError``; everything ExecuTorch does is a result."""
+    say: Progress = progress or (lambda _message: None)
+    validate(policy, backend, options)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    work = out_dir / f"{policy}-{backend}"
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+
+    reason = not_measurable(policy)
+    if reason is not None:
+        say(f"{policy}: {reason}")
+        error = ErrorInfo(stage="trace", type="PolicyNotAvailable", message=reason)
+        failed = StageResult(status=StageStatus.FAILED, error=error)
+        return ResultDocument(
+            policy=policy, backend=backend, options=options, trace=failed, versions=versions()
+        )
+
+    weights, (trace_stage, trace_dir, manifest) = traced(policy, options, trace_cache, work, say)
+    doc = ResultDocument(
+        policy=policy,
+        backend=backend,
+        options=options,
+        trace=trace_stage,
+        versions=versions(),
+        weights=weights,
+    )
+    doc.timings["trace_s"] = round(trace_stage.seconds or 0.0, 3)
+    fresh = work / f"trace-{weights.mode}.{MEMORY_FILE}"
+    if fresh.exists() or trace_dir is not None:
+        doc.memory.update(
+            read_memory(fresh if fresh.exists() or trace_dir is None else trace_dir / MEMORY_FILE)
+        )
+    if trace_dir is None or manifest is None:
+        return doc
+    if weights.parameter_bytes is None and manifest.get("parameter_bytes") is not None:
+        # Chosen without sizing (asked for, or the sizing trace failed): the trace's size, same choice.
+        sized = decide(weights.mode, int(manifest["parameter_bytes"]), weights.worker_memory_gb or 0.0)
+        keep = ("parameter_bytes", "estimated_peak_gb", "needs_worker_gb")
+        doc.weights = weights.model_copy(update={key: getattr(sized, key) for key in keep})
+    doc.trace_info = TraceInfo(
+        seed=options.seed,
+        checkpoint=options.checkpoint,
+        weights="checkpoint" if options.checkpoint else "random",
+        cache_key=trace_dir.name,
+        substitutions=manifest.get("substitutions", []),
+        frames=manifest.get("frames", 0),
+        frames_wanted=manifest.get("frames_wanted", options.frames),
+    )
+
+    lowered = lower(doc, manifest, trace_dir, work, say, repro_cache or default_repro_cache())
     if doc.export.status is StageStatus.OK:
         doc.bundle = write_bundle(doc, manifest, trace_dir, lowered, out_dir / "bundles")
         say(f"bundle: {doc.bundle.path}")

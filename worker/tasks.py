@@ -29,6 +29,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from coverfarm.queues import LOWER_TASK, LowerMessage, make_celery
 from coverfarm.result import Options, ResultDocument
 from coverfarm.settings import Settings, get_settings
+from orchestrator.artifacts import repository as artifacts
+from orchestrator.artifacts.store import ArtifactError, ArtifactStore, Stored
 from orchestrator.db import make_engine, make_sessionmaker, unit_of_work
 from orchestrator.jobs import service as jobs
 from orchestrator.workers import service as workers
@@ -187,6 +189,21 @@ def _progress(job_id: int) -> Callable[[str], None]:
     return report
 
 
+def store_bundle(doc: ResultDocument, settings: Settings) -> Stored | None:
+    """Put the cell's bundle into the artifact store by its sha256 (idempotent), for device runners.
+
+    A bundle the store refuses (its content does not hash to its name) is logged and left out: the cell
+    keeps its CPU result, and no device job is made for a bundle the farm cannot serve.
+    """
+    if doc.bundle is None:
+        return None
+    try:
+        return ArtifactStore(settings.artifacts_dir).put(Path(doc.bundle.path), doc.bundle.sha256)
+    except (ArtifactError, OSError) as error:
+        log.error("bundle %s not stored: %s", doc.bundle.sha256, error)
+        return None
+
+
 def run_lower(job_id: int, worker: str, rt: Runtime) -> None:
     with rt.transaction() as session:
         started = jobs.start(
@@ -208,7 +225,10 @@ def run_lower(job_id: int, worker: str, rt: Runtime) -> None:
             with rt.transaction() as session:
                 jobs.fail(session, job_id, started.attempt, error)
             return
+    stored = store_bundle(doc, rt.settings)
     with rt.transaction() as session:
+        if stored is not None:
+            artifacts.record(session, stored)
         jobs.finish(session, job_id, started.attempt, doc, rt.settings)
 
 

@@ -6,11 +6,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from coverfarm.cli import analyze, farm, runner
+from coverfarm.cli import analyze, baseline, farm, results, runner, tokens
 from coverfarm.errors import UserError
 
 # Each module adds its sub-commands and sets ``func`` (returning the exit code) on their parsers.
-COMMAND_MODULES = [analyze, farm, runner]
+COMMAND_MODULES = [analyze, baseline, farm, runner, tokens, results]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -63,14 +63,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     submit.add_argument("--lowering", choices=["stock", "fast"], default="fast")
     submit.add_argument("--timeout", type=float, help="bound of each stage in seconds (the farm's default)")
     submit.add_argument("--wait", action="store_true", help="wait until every cell is done, print the report")
+    submit.add_argument(
+        "--device-classes", default="", help="comma-separated device classes to run bundles on (none)"
+    )
     submit.set_defaults(func=run_submit)
     status = sweep.add_parser("status", help="the state of each cell of a sweep")
     status.add_argument("id", type=int)
     status.set_defaults(func=run_status)
-    report = sweep.add_parser("report", help="the sweep's tracker Coverage tables (Markdown)")
+    report = sweep.add_parser(
+        "report", help="the tracker body per backend: Coverage, Notes, Built on, Known issues with repros"
+    )
     report.add_argument("id", type=int)
+    report.add_argument("--backend", help="only this backend's body (e.g. vulkan)")
     report.set_defaults(func=run_report)
-    for parser in (submit, status, report):
+    diff = sweep.add_parser("diff", help="what changed from sweep A to sweep B: cells, numbers, blockers")
+    diff.add_argument("a", type=int)
+    diff.add_argument("b", type=int)
+    diff.add_argument("--json", action="store_true", help="print the diff as JSON")
+    diff.set_defaults(func=run_diff)
+    for parser in (submit, status, report, diff):
         parser.add_argument("--url", default=DEFAULT_URL, help=f"the orchestrator ({DEFAULT_URL})")
     submit.add_argument("--token", help="admin token (COVERFARM_ADMIN_TOKEN, else the one serve wrote)")
 
@@ -109,6 +120,7 @@ def run_up(args: argparse.Namespace) -> int:
         [sys.executable, "-c", "import sys; from coverfarm.cli import main; sys.exit(main())", "worker"],
         start_new_session=True,  # its own process group, stopped as a whole below
     )
+    runner: subprocess.Popen[bytes] | None = None
     try:
         while not server.started:
             if not serving.is_alive():
@@ -116,9 +128,12 @@ def run_up(args: argparse.Namespace) -> int:
             time.sleep(0.1)
         url = f"http://{host}:{port}"
         print(f"coverfarm: serving {url}", file=sys.stderr)
+        from coverfarm.cli.runner_farm import start_local_runner
+
+        runner, classes = start_local_runner(url, token, settings)
         submit = argparse.Namespace(
             url=url, token=token, policies=args.policies, backends=args.backends, constant_prop=True,
-            lowering="fast", timeout=None, wait=True,
+            lowering="fast", timeout=None, wait=True, device_classes=",".join(classes),
         )  # fmt: skip
         code = run_submit(submit)
         if not args.once:
@@ -126,6 +141,8 @@ def run_up(args: argparse.Namespace) -> int:
             serving.join()
         return code
     finally:
+        if runner is not None:
+            stop_group(runner)
         stop_group(worker)
         server.should_exit = True
         serving.join()
@@ -209,6 +226,8 @@ def run_submit(args: argparse.Namespace) -> int:
     }
     if args.timeout is not None:
         body["timeout_s"] = args.timeout
+    if getattr(args, "device_classes", ""):
+        body["device_classes"] = _names(args.device_classes)
     url = args.url.rstrip("/")
     sweep = _request("POST", f"{url}/api/sweeps", _token(args), json=body).json()
     print(f"sweep {sweep['id']}: {len(sweep['cells'])} cells queued", file=sys.stderr)
@@ -256,5 +275,15 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    print(_request("GET", f"{args.url.rstrip('/')}/api/sweeps/{args.id}/report.md").text)
+    params = {"backend": args.backend} if args.backend else {}
+    print(_request("GET", f"{args.url.rstrip('/')}/api/sweeps/{args.id}/report.md", params=params).text)
+    return 0
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    url = f"{args.url.rstrip('/')}/api/sweeps/{args.a}/diff/{args.b}"
+    if args.json:
+        print(json.dumps(_request("GET", url).json(), indent=2))
+    else:
+        print(_request("GET", f"{url}.md").text, end="")
     return 0

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from coverfarm.cli import runner_farm
 from coverfarm.errors import UserError
 
 
@@ -28,6 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Describe this host and the device classes it can serve.",
     )
     probe.add_argument("--json", action="store_true", help="print the probe document as JSON")
+    _executor_runner_option(probe)
     probe.set_defaults(func=run_probe)
 
     run = commands.add_parser(
@@ -40,13 +42,49 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--sha256", help="the expected sha256 (default: the directory's name)")
     run.add_argument("--warmup", type=int, default=3, help="untimed chunks before timing (3)")
     run.add_argument("--iterations", type=int, default=20, help="timed chunks (20)")
+    run.add_argument(
+        "--runtime",
+        choices=("auto", "python", "native"),
+        default="auto",
+        help="python: the installed executorch.runtime; native: the executor_runner binary; auto "
+        "(default): native when configured and it has the bundle's backend, else python",
+    )
+    _executor_runner_option(run)
+    runner_farm.add_signing_options(run)
     run.set_defaults(func=run_bundle)
+    runner_farm.add_commands(commands)
+
+
+def _executor_runner_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--executor-runner",
+        type=Path,
+        metavar="PATH",
+        help="a native ExecuTorch executor_runner binary (default: $COVERFARM_EXECUTOR_RUNNER)",
+    )
+
+
+def _executor_runner(args: argparse.Namespace) -> Path | None:
+    """The binary from --executor-runner or the environment, checked; None when neither gives one."""
+    from gpu_runner.native_runtime import ENV_VAR, check_binary, configured_path
+    from gpu_runner.runtime import RuntimeFailure
+
+    path = configured_path(args.executor_runner)
+    if path is not None:
+        try:
+            check_binary(path)
+        except RuntimeFailure as error:
+            where = "--executor-runner" if args.executor_runner else ENV_VAR
+            raise UserError(f"{where}: {error}") from None
+    if getattr(args, "runtime", None) == "native" and path is None:
+        raise UserError(f"--runtime native needs --executor-runner PATH or {ENV_VAR}")
+    return path
 
 
 def run_probe(args: argparse.Namespace) -> int:
     from gpu_runner.probe import describe, probe
 
-    report = probe()
+    report = probe(executor_runner=_executor_runner(args))
     print(report.model_dump_json(indent=2) if args.json else describe(report))
     return 0
 
@@ -61,10 +99,19 @@ def run_bundle(args: argparse.Namespace) -> int:
     if not args.out.parent.is_dir():
         raise UserError(f"cannot write {args.out}: {args.out.parent} is not a directory")
 
+    binary = _executor_runner(args)
+
     from gpu_runner.bundle_run import run_bundle as run
 
-    result = run(args.bundle, expected_sha256=args.sha256, warmup=args.warmup, iterations=args.iterations)
-    args.out.write_text(result.model_dump_json(indent=2))
+    result = run(
+        args.bundle,
+        expected_sha256=args.sha256,
+        warmup=args.warmup,
+        iterations=args.iterations,
+        runtime=args.runtime,
+        executor_runner=binary,
+    )
+    args.out.write_text(runner_farm.result_json(result.model_dump(mode="json"), args))
     print(json.dumps(_summary(result.model_dump(mode="json")), indent=2))
     return 0 if result.status == "ok" else 1
 
@@ -76,6 +123,7 @@ def _summary(doc: dict[str, Any]) -> dict[str, Any]:
         "error": doc["error"],
         "bundle_sha256": doc["bundle_sha256"],
         "device_class": doc["device_class"],
+        "runtime": doc.get("runtime"),
         "testcase_passed": all(c["passed"] for c in doc["testcase"]) if doc["testcase"] else None,
         "frames_passed": (doc.get("frames") or {}).get("passed"),
         "median_ms": latency.get("median_ms"),

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from coverfarm.settings import Settings
 from orchestrator.db import unit_of_work
+from orchestrator.devices.service import mark_silent_offline as mark_runners_offline
 from orchestrator.jobs.service import reconcile
 from orchestrator.workers.service import mark_silent_offline
 
@@ -22,8 +23,11 @@ def reconcile_once(sessions: Callable[[], Session], celery: Celery, settings: Se
     with unit_of_work(sessions, celery) as session:
         resent = reconcile(session, settings)
         offline = mark_silent_offline(session, settings)
+        runners_offline = mark_runners_offline(session, settings)
     if offline:
         log.warning("reconciler marked workers offline: %s", offline)
+    if runners_offline:
+        log.warning("reconciler marked device runners offline: %s", runners_offline)
     if resent:
         log.warning("reconciler re-sent jobs %s", resent)
     return resent

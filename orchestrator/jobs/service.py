@@ -15,9 +15,11 @@ from datetime import timedelta
 
 from sqlalchemy.orm import Session
 
-from coverfarm.queues import QUEUE_LOWER_LONG, LowerMessage
+from coverfarm import device_classes
+from coverfarm.queues import QUEUE_LOWER_LONG, DeviceMessage, LowerMessage, device_queue
 from coverfarm.result import Options, ResultDocument, StageStatus
 from coverfarm.settings import Settings
+from orchestrator.artifacts import repository as artifacts
 from orchestrator.db import Outgoing, enqueue_after_commit
 from orchestrator.jobs import repository
 from orchestrator.jobs.transitions import TERMINAL, lock_job, transition
@@ -28,6 +30,7 @@ log = logging.getLogger(__name__)
 
 STAGE_LOWER = "lower"
 STAGE_LOWER_LONG = "lower.long"
+DEVICE_STAGE_PREFIX = "run:"
 DOC_STATUS = {
     StageStatus.OK: JobStatus.OK,
     StageStatus.SLOW: JobStatus.SLOW,
@@ -56,10 +59,35 @@ def create(session: Session, cell: Cell, stage: str, queue: str, timeout_s: floa
     return job
 
 
+def device_stage(device_class: str) -> str:
+    return f"{DEVICE_STAGE_PREFIX}{device_class}"
+
+
+def device_class_of(job: Job) -> str | None:
+    """The device class a device job runs on; None for a CPU stage."""
+    return job.stage.removeprefix(DEVICE_STAGE_PREFIX) if job.stage.startswith(DEVICE_STAGE_PREFIX) else None
+
+
 def _send(session: Session, job: Job) -> None:
     job.sent_at = utcnow()
-    message = LowerMessage(job_id=job.id, policy=job.cell.policy, backend=job.cell.backend)
+    device_class = device_class_of(job)
+    message: LowerMessage | DeviceMessage
+    if device_class is not None:
+        message = DeviceMessage(job_id=job.id, device_class=device_class)
+    else:
+        message = LowerMessage(job_id=job.id, policy=job.cell.policy, backend=job.cell.backend)
     enqueue_after_commit(session, Outgoing(message, job.queue, job.timeout_s))
+
+
+def create_device_jobs(session: Session, cell: Cell, settings: Settings) -> list[Job]:
+    """One device job per device class of the cell's sweep that runs the cell's backend."""
+    created = []
+    for name in cell.sweep.device_classes:
+        if device_classes.backend_of(name) == cell.backend:
+            created.append(
+                create(session, cell, device_stage(name), device_queue(name), settings.device_timeout_s)
+            )
+    return created
 
 
 AttemptAlive = Callable[[str | None, int | None], bool]
@@ -164,6 +192,9 @@ def finish(session: Session, job_id: int, attempt: int, doc: ResultDocument, set
     if status is JobStatus.SLOW and job.stage == STAGE_LOWER:
         # design.md: a stage that runs out of its bound is re-run once with a longer one.
         create(session, job.cell, STAGE_LOWER_LONG, QUEUE_LOWER_LONG, settings.long_timeout_s)
+    if status is JobStatus.OK and doc.bundle is not None and artifacts.known(session, doc.bundle.sha256):
+        # Sent after commit, like every job: a runner never claims a job whose row does not exist.
+        create_device_jobs(session, job.cell, settings)
 
 
 def fail(session: Session, job_id: int, attempt: int, error: str) -> None:
@@ -185,6 +216,27 @@ def _lose_attempt(session: Session, job: Job, reason: str, settings: Settings) -
         transition(session, job, JobStatus.FAILED, job.error)
         return False
     transition(session, job, JobStatus.QUEUED, reason)
+    return True
+
+
+def running_attempt(session: Session, job_id: int, attempt: int) -> Job | None:
+    """The job locked, when ``attempt`` is its running attempt (None: gone, ended or given to another)."""
+    return _current(session, job_id, attempt)
+
+
+def end(session: Session, job: Job, to: JobStatus, reason: str, error: str | None = None) -> None:
+    """End a locked running attempt with ``to`` (a device job storing its result, say)."""
+    job.error = error
+    _close_attempt(session, job, to.value, error)
+    transition(session, job, to, reason)
+
+
+def give_back(session: Session, job: Job, reason: str, settings: Settings) -> bool:
+    """End a locked running attempt that could not run for reasons of its host (not of the job) and
+    send the job again; False when it has had all its attempts and failed instead."""
+    if not _lose_attempt(session, job, reason, settings):
+        return False
+    _send(session, job)
     return True
 
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Response, status
 from fastapi.responses import PlainTextResponse
 
 from orchestrator.deps import AdminDep, SessionDep, SettingsDep
-from orchestrator.reports.service import report_markdown
+from orchestrator.reports import service as reports
 from orchestrator.sweeps import service
 from orchestrator.sweeps.schemas import CellPublic, SweepCreate, SweepPublic, SweepSummary
 
@@ -45,8 +45,13 @@ def cancel_sweep(sweep_id: int, session: SessionDep) -> SweepPublic:
 
 
 @router.get("/sweeps/{sweep_id}/report.md", response_class=PlainTextResponse)
-def sweep_report(sweep_id: int, session: SessionDep) -> PlainTextResponse:
-    markdown = report_markdown(service.get(session, sweep_id))
+def sweep_report(
+    sweep_id: int,
+    session: SessionDep,
+    backend: Annotated[str | None, Query(description="only this backend's tracker body")] = None,
+) -> PlainTextResponse:
+    """The tracker body of each backend: Coverage with legend, Notes, Built on, Known issues, repros."""
+    markdown = reports.report(session, service.get(session, sweep_id), backend)
     return PlainTextResponse(markdown, media_type="text/markdown; charset=utf-8")
 
 

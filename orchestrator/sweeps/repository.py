@@ -55,7 +55,8 @@ def tally(session: Session, sweep_ids: Sequence[int]) -> dict[int, SweepTally]:
             func.max(Job.id).label("latest"),
             func.max(case((Job.status == JobStatus.SLOW, 1), else_=0)).label("any_slow"),
         )
-        .outerjoin(Job, Job.cell_id == Cell.id)
+        # Device jobs ("run:<class>") have their own columns; they keep the sweep running (below).
+        .outerjoin(Job, (Job.cell_id == Cell.id) & Job.stage.not_like("run:%"))
         .where(Cell.sweep_id.in_(sweep_ids))
         .group_by(Cell.id, Cell.sweep_id)
         .subquery()
@@ -74,6 +75,18 @@ def tally(session: Session, sweep_ids: Sequence[int]) -> dict[int, SweepTally]:
         entry.counts[cell_state] = entry.counts.get(cell_state, 0) + count
         if is_pending:
             entry.pending += count
+    device_pending = session.execute(
+        select(Cell.sweep_id, func.count())
+        .join(Job, Job.cell_id == Cell.id)
+        .where(
+            Cell.sweep_id.in_(sweep_ids),
+            Job.stage.like("run:%"),
+            Job.status.in_([s.value for s in PENDING_STATUSES]),
+        )
+        .group_by(Cell.sweep_id)
+    ).all()
+    for sweep_id, count in device_pending:
+        tallies[sweep_id].pending += count
     for column, target in ((Cell.policy, "policies"), (Cell.backend, "backends")):
         names = session.execute(
             select(Cell.sweep_id, column)

@@ -15,6 +15,9 @@ class SweepOptions(BaseModel):
 
     constant_prop: bool = True
     lowering: Literal["stock", "fast"] = "fast"
+    # Recorded in each cell's options (not in the sweep's own columns): auto picks fake weights on a
+    # worker whose memory the real-weight peak is estimated to exceed.
+    weights: Literal["auto", "real", "fake"] = "auto"
 
 
 class SweepCreate(BaseModel):
@@ -23,10 +26,12 @@ class SweepCreate(BaseModel):
     policies: list[str] = Field(min_length=1, max_length=200)
     backends: list[str] = Field(min_length=1, max_length=20)
     options: SweepOptions = Field(default_factory=SweepOptions)
+    # Device classes to run each cell's bundle on (those of the cell's backend), e.g. cpu-x86_64-xnnpack.
+    device_classes: list[str] = Field(default_factory=list, max_length=20)
     # None: the farm's stage bound. The range is checked against the settings by the service.
     timeout_s: float | None = None
 
-    @field_validator("policies", "backends")
+    @field_validator("policies", "backends", "device_classes")
     @classmethod
     def _no_duplicates(cls, names: list[str]) -> list[str]:
         seen: set[str] = set()
@@ -92,6 +97,7 @@ class SweepSummary(BaseModel):
     timeout_s: float
     policies: list[str]
     backends: list[str]
+    device_classes: list[str] = Field(default_factory=list)
     state: Literal["running", "done", "cancelled"]
     counts: dict[str, int]  # cells per state
     cancelled_at: datetime | None

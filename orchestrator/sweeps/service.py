@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from coverfarm import device_classes
 from coverfarm.queues import QUEUE_LOWER
 from coverfarm.result import Options
 from coverfarm.settings import Settings
@@ -43,6 +44,18 @@ def _check(body: SweepCreate, settings: Settings) -> None:
                         "input": name,
                     }
                 )
+    for index, name in enumerate(body.device_classes):
+        try:
+            device_classes.check(name, settings.backends)
+        except ValueError as error:
+            errors.append(
+                {
+                    "loc": ["body", "device_classes", index],
+                    "msg": str(error),
+                    "type": "value_error",
+                    "input": name,
+                }
+            )
     if body.timeout_s is not None and not 1 <= body.timeout_s < settings.long_timeout_s:
         errors.append(
             {
@@ -64,11 +77,15 @@ def create(session: Session, settings: Settings, body: SweepCreate) -> Sweep:
         constant_prop=body.options.constant_prop,
         lowering=body.options.lowering,
         timeout_s=timeout_s,
+        device_classes=body.device_classes,
     )
     session.add(sweep)
     session.flush()
     options = Options(
-        constant_prop=body.options.constant_prop, lowering=body.options.lowering, timeout_s=timeout_s
+        constant_prop=body.options.constant_prop,
+        lowering=body.options.lowering,
+        weights=body.options.weights,
+        timeout_s=timeout_s,
     ).model_dump(mode="json")
     for policy in body.policies:
         for backend in body.backends:
@@ -106,12 +123,16 @@ def get_cell(session: Session, cell_id: int) -> Cell:
 
 
 def cell_state(cell: Cell) -> tuple[JobStatus, bool]:
-    """(state, pending) of a cell from its jobs (the latest decides; a pending re-run keeps "slow")."""
-    if not cell.jobs:
+    """(state, pending) of a cell from its CPU jobs (the latest decides; a pending re-run keeps "slow").
+
+    Device jobs have their own columns (orchestrator.devices.grid) and do not change the cell's state.
+    """
+    cpu_jobs = [job for job in cell.jobs if jobs.device_class_of(job) is None]
+    if not cpu_jobs:
         return JobStatus.QUEUED, True
-    latest = cell.jobs[-1]
+    latest = cpu_jobs[-1]
     pending = latest.status in PENDING_STATUSES
-    if pending and any(job.status is JobStatus.SLOW for job in cell.jobs[:-1]):
+    if pending and any(job.status is JobStatus.SLOW for job in cpu_jobs[:-1]):
         return JobStatus.SLOW, True
     return latest.status, pending
 
@@ -134,19 +155,28 @@ def cell_view(cell: Cell) -> CellPublic:
 
 def _summary_fields(sweep: Sweep, cells: list[CellPublic]) -> dict[str, Any]:
     counts = Counter(cell.state.value for cell in cells)
+    device_pending = any(
+        job.status in PENDING_STATUSES for cell in cells for job in cell.jobs if job.stage.startswith("run:")
+    )
     if sweep.cancelled_at is not None:
         state = "cancelled"
     else:
-        state = "running" if any(cell.pending for cell in cells) else "done"
+        state = "running" if device_pending or any(cell.pending for cell in cells) else "done"
     return {
         "id": sweep.id,
         "created_at": sweep.created_at,
         "options": SweepOptions.model_validate(
-            {"constant_prop": sweep.constant_prop, "lowering": sweep.lowering}
+            {
+                "constant_prop": sweep.constant_prop,
+                "lowering": sweep.lowering,
+                # weights has no sweep column: every cell of a sweep records the same one
+                "weights": cells[0].options.get("weights", "auto") if cells else "auto",
+            }
         ),
         "timeout_s": sweep.timeout_s,
         "policies": list(dict.fromkeys(cell.policy for cell in cells)),
         "backends": list(dict.fromkeys(cell.backend for cell in cells)),
+        "device_classes": list(sweep.device_classes),
         "state": state,
         "counts": dict(sorted(counts.items())),
         "cancelled_at": sweep.cancelled_at,
@@ -188,6 +218,7 @@ def _light_summary(sweep: Sweep, tally: repository.SweepTally) -> SweepSummary:
         timeout_s=sweep.timeout_s,
         policies=tally.policies,
         backends=tally.backends,
+        device_classes=list(sweep.device_classes),
         state=state,
         counts=dict(sorted(tally.counts.items())),
         cancelled_at=sweep.cancelled_at,

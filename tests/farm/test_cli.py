@@ -32,6 +32,14 @@ def test_submit_wait_status_report(
     assert f"sweep {sweep_id}: done" in status and "pi05" in status and "failed" in status
     assert main(["sweep", "report", str(sweep_id), "--url", server]) == 0
     assert capsys.readouterr().out.strip() == report.strip()
+    assert main(["sweep", "report", str(sweep_id), "--url", server, "--backend", "vulkan"]) == 0
+    assert "### Known issues" in capsys.readouterr().out
+    assert main(["sweep", "report", str(sweep_id), "--url", server, "--backend", "metal"]) == 2
+    assert f"backend: sweep {sweep_id} has no backend 'metal'" in capsys.readouterr().err
+    assert main(["sweep", "diff", str(sweep_id), str(sweep_id), "--url", server]) == 0
+    assert "No cell, number or blocker group changed." in capsys.readouterr().out
+    assert main(["sweep", "diff", str(sweep_id), "999999", "--url", server]) == 2
+    assert "404 sweep 999999 not found" in capsys.readouterr().err
 
 
 def test_user_mistakes_are_one_line_errors(server: str, capsys: pytest.CaptureFixture[str]) -> None:

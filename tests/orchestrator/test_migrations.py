@@ -18,6 +18,7 @@ from orchestrator.db import Base
 from orchestrator.migrate import alembic_config
 
 TABLES = {"sweeps", "cells", "jobs", "job_attempts", "results", "workers", "events", "alembic_version"}
+TABLES |= {"runners", "enrolment_tokens", "artifacts", "device_runs"}  # 0003
 
 
 def postgres_settings(tmp_path: Path) -> Settings:

@@ -6,6 +6,10 @@ and its default options, exactly as lerobot-export lowers, with ExecuTorch's con
 transform pass when the cell's options ask for it (the default). The phase clock is "partition" from the
 start of each program's ``to_edge`` until its partitioner returns, then "export" until its ``.pte`` is
 written. Everything it measures goes to the event log as soon as it is known.
+
+A program traced with fake weights (its saved weights are meta tensors, ``worker.fake_weights``) is
+partitioned the same way and stops there: lowering into a delegate serializes constant values, which
+do not exist. It logs ``not_exported`` instead of ``exported``.
 """
 
 from __future__ import annotations
@@ -21,12 +25,14 @@ from typing import Any
 
 import torch
 from executorch.exir import to_edge_transform_and_lower
+from executorch.exir.backend.partitioner import PartitionResult
 from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
 from executorch.exir.pass_manager import ExportedProgramPassManager
 from executorch.exir.passes.constant_prop_pass import constant_prop_pass
 from torch.export import ExportedProgram
 
 from worker.backends import Backend, get_backend
+from worker.fake_weights import forget_fake_constants, from_meta, has_meta_weights
 from worker.metrics.graph import delegate_calls
 from worker.stages.events import EventLog
 from worker.stages.observe import Observer, ObservingPartitioner
@@ -36,7 +42,17 @@ class ConstantPropagation(ExportedProgramPassBase):
     """ExecuTorch's ``constant_prop_pass`` as a transform pass of ``to_edge_transform_and_lower``."""
 
     def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
-        return ExportedProgramPassResult(constant_prop_pass(exported_program), True)
+        return ExportedProgramPassResult(forget_fake_constants(constant_prop_pass(exported_program)), True)
+
+
+class PartitionedWithFakeWeights(Exception):
+    """Raised right after partitioning a fake-weight program: everything measurable is measured."""
+
+
+class PartitionOnly(ObservingPartitioner):
+    def partition(self, exported_program: ExportedProgram) -> PartitionResult:
+        super().partition(exported_program)
+        raise PartitionedWithFakeWeights
 
 
 @contextlib.contextmanager
@@ -54,12 +70,13 @@ def lowering_context(backend: Backend, lowering: str, observer: Observer) -> Ite
 
 def pattern_graph_cache(backend: Backend, lowering: str) -> contextlib.AbstractContextManager[None]:
     """With fast lowering, Vulkan's pattern graphs are built once per process instead of once per
-    partition (``worker.lowering.pattern_cache``); the lowered program is byte-identical."""
+    partition, and each partitioned program is recompiled once instead of once per partition
+    (``worker.lowering.fast``); the lowered program is byte-identical."""
     if lowering != "fast" or backend.name != "vulkan":
         return contextlib.nullcontext()
-    from worker.lowering.pattern_cache import cached_pattern_graphs
+    from worker.lowering.fast import fast_lowering
 
-    return cached_pattern_graphs()
+    return fast_lowering()
 
 
 def lower_program(
@@ -67,13 +84,19 @@ def lower_program(
 ) -> None:
     log.emit("phase", phase="partition", program=name)
     ep = torch.export.load(pt2)
+    fake = has_meta_weights(ep)
+    if fake:
+        from_meta(ep)
     partitioner = backend.make_partitioner()
     observer = Observer(log, name, backend, partitioner)
     passes = ExportedProgramPassManager([ConstantPropagation()]) if constant_prop else None
-    with lowering_context(backend, lowering, observer):
-        edge = to_edge_transform_and_lower(
-            ep, transform_passes=passes, partitioner=[ObservingPartitioner(partitioner, observer)]
-        )
+    wrapper = (PartitionOnly if fake else ObservingPartitioner)(partitioner, observer)
+    try:
+        with lowering_context(backend, lowering, observer):
+            edge = to_edge_transform_and_lower(ep, transform_passes=passes, partitioner=[wrapper])
+    except PartitionedWithFakeWeights:
+        log.emit("not_exported", program=name, reason="fake weights")
+        return
     log.emit("lowered", program=name, delegates=delegate_calls(edge.exported_program().graph))
     program = edge.to_executorch()
     pte = out_dir / f"{name}.pte"

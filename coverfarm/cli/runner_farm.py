@@ -1,0 +1,180 @@
+"""``coverfarm runner register|start|revoke``: a device runner joining the farm, and signing offline results.
+
+``register`` probes this host, enrols it with a one-time token and keeps the credential it receives in
+``$COVERFARM_HOME/runner.json`` (or ``--config``), readable by its owner only; ``start`` serves the
+runner's device classes (gpu_runner.agent); ``revoke`` (admin) withdraws a runner's credential.
+``run-bundle`` signs its result with that credential when one is configured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from coverfarm.cli.farm import DEFAULT_URL, _request, _token
+from coverfarm.errors import UserError
+from coverfarm.settings import Settings, get_settings
+
+CLI = "import sys; from coverfarm.cli import main; sys.exit(main())"
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    register = commands.add_parser(
+        "register",
+        help="probe this host, enrol it with a one-time token, keep the credential (0600)",
+        description="Enrol this host as a device runner of the farm at --url.",
+    )
+    register.add_argument("--url", required=True, help="the orchestrator, e.g. http://farm:8000")
+    register.add_argument(
+        "--token", required=True, help="a one-time enrolment token (`coverfarm token create`)"
+    )
+    register.add_argument("--name", default=socket.gethostname(), help="the runner's name (the host name)")
+    _config_option(register)
+    register.set_defaults(func=run_register)
+
+    start = commands.add_parser(
+        "start",
+        help="heartbeat, pass the health check, then take device jobs from the runner's queues",
+        description="Serve this runner's device classes until stopped (SIGTERM or Ctrl-C).",
+    )
+    _config_option(start)
+    start.add_argument("--warmup", type=int, default=3, help="untimed chunks before timing (3)")
+    start.add_argument("--iterations", type=int, default=20, help="timed chunks per job (20)")
+    start.set_defaults(func=run_start)
+
+    revoke = commands.add_parser("revoke", help="withdraw a runner's credential (admin)")
+    revoke.add_argument("runner_id", type=int, metavar="ID")
+    revoke.add_argument("--url", default=DEFAULT_URL, help=f"the orchestrator ({DEFAULT_URL})")
+    revoke.add_argument("--token", help="admin token (COVERFARM_ADMIN_TOKEN, else the one serve wrote)")
+    revoke.set_defaults(func=run_revoke)
+
+
+def _config_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config", type=Path, help="the runner credential file (default: $COVERFARM_HOME/runner.json)"
+    )
+
+
+def config_path(args: argparse.Namespace) -> Path:
+    path: Path = getattr(args, "config", None) or get_settings().runner_config_path
+    return path
+
+
+def run_register(args: argparse.Namespace) -> int:
+    from gpu_runner.config import RunnerConfig, save
+    from gpu_runner.probe import probe
+
+    report = probe()
+    if not report.device_classes:
+        why = "; ".join(f"{k}: {v}" for k, v in report.not_offered.items()) or "no runtime backend"
+        raise UserError(f"this host offers no device class ({why})")
+    url = args.url.rstrip("/")
+    body = {"token": args.token, "name": args.name, "probe": report.model_dump(mode="json")}
+    enrolled = _request("POST", f"{url}/api/runners/enrol", json=body).json()
+    config = RunnerConfig(
+        url=url,
+        runner_id=enrolled["runner_id"],
+        credential=enrolled["credential"],
+        name=args.name,
+        device_classes=enrolled["device_classes"],
+        broker_url=enrolled["broker_url"],
+        heartbeat_interval_s=enrolled["heartbeat_interval_s"],
+        device_timeout_s=enrolled["device_timeout_s"],
+    )
+    path = config_path(args)
+    save(config, path)
+    print(
+        f"runner {config.runner_id} ({config.name}) enrolled for {', '.join(config.device_classes)}, "
+        f"{enrolled['state']}; credential in {path}",
+        file=sys.stderr,
+    )
+    print(config.runner_id)
+    return 0
+
+
+def run_start(args: argparse.Namespace) -> int:
+    import logging
+
+    from gpu_runner.agent import Agent, Timing
+    from gpu_runner.config import load
+
+    if args.warmup < 0 or args.iterations < 1:
+        raise UserError("--warmup must be 0 or more and --iterations at least 1")
+    path = config_path(args)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per heartbeat
+    agent = Agent(load(path), path, get_settings(), Timing(args.warmup, args.iterations))
+    return agent.run()
+
+
+def run_revoke(args: argparse.Namespace) -> int:
+    runner = _request(
+        "POST", f"{args.url.rstrip('/')}/api/runners/{args.runner_id}/revoke", _token(args)
+    ).json()
+    print(f"runner {runner['id']} ({runner['name']}): {runner['state']}")
+    return 0
+
+
+def result_json(result: dict[str, Any], args: argparse.Namespace) -> str:
+    """The result document to write: signed with the runner credential when this host has one."""
+    from coverfarm.signing import sign
+    from gpu_runner.config import load_if_present
+
+    config = None if getattr(args, "unsigned", False) else load_if_present(config_path(args))
+    if config is not None:
+        result = sign(result, config.runner_id, config.secret)
+    return json.dumps(result, indent=2)
+
+
+def add_signing_options(run: argparse.ArgumentParser) -> None:
+    _config_option(run)
+    run.add_argument(
+        "--unsigned", action="store_true", help="do not sign the result even when a runner is enrolled here"
+    )
+
+
+def start_local_runner(
+    url: str, token: str, settings: Settings
+) -> tuple[subprocess.Popen[bytes] | None, list[str]]:
+    """For ``coverfarm up``: enrol this host as a CPU device runner of the local farm and start it.
+
+    Returns the runner process (its own process group) and the host's XNNPACK device classes for the
+    sweep; (None, []) with one line on stderr when the host offers none. The previous local runner's
+    credential, if any, is revoked first, so a host keeps one live runner however often it runs ``up``.
+    """
+    from gpu_runner.config import load_if_present
+
+    path = settings.runner_config_path
+    try:
+        previous = load_if_present(path)
+    except UserError:
+        previous = None
+    if previous is not None:
+        # A 404 means another farm's runner (a database started afresh): nothing to revoke here.
+        with contextlib.suppress(UserError):
+            _request("POST", f"{url}/api/runners/{previous.runner_id}/revoke", token)
+    issued = _request("POST", f"{url}/api/enrolment-tokens", token, json={}).json()["token"]
+    name = f"local@{socket.gethostname()}"
+    enrolled = subprocess.run(
+        [sys.executable, "-c", CLI, "runner", "register", "--url", url, "--token", issued, "--name", name,
+         "--config", str(path)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if enrolled.returncode != 0:
+        reason = enrolled.stderr.strip().splitlines()[-1] if enrolled.stderr.strip() else "unknown"
+        print(f"coverfarm: no local device runner ({reason})", file=sys.stderr)
+        return None, []
+    from gpu_runner.config import load
+
+    classes = [name for name in load(path).device_classes if name.endswith("-xnnpack")]
+    runner = subprocess.Popen(
+        [sys.executable, "-c", CLI, "runner", "start", "--config", str(path)], start_new_session=True
+    )
+    print(f"coverfarm: local device runner for {', '.join(classes) or 'no class'}", file=sys.stderr)
+    return runner, classes

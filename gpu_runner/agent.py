@@ -1,0 +1,287 @@
+"""The device runner service behind ``coverfarm runner start``.
+
+Three processes, all in the runner's process group:
+
+- the **supervisor** (``Agent.run``) heartbeats the orchestrator, runs the health-check bundle until the
+  orchestrator calls the runner healthy, then starts the consumer, and runs the health check again
+  whenever the consumer stops (an infrastructure error stops it on purpose);
+- the **consumer** (``python -m gpu_runner.agent consume``), a Celery worker on the queues
+  ``device.<class>`` of the runner's classes, one job at a time (solo pool, prefetch 1, acks late). Per
+  message it claims the job over HTTP, fetches the bundle, runs it, beats the job and reports the
+  result; the broker message carries only the job id;
+- per bundle, a fresh ``coverfarm runner run-bundle`` process (fresh for timing, and so that a runtime
+  that crashes takes down nothing but itself).
+
+Everything the runner tells the farm goes through ``gpu_runner.client`` with its credential; it never
+sees the database. None of these modules imports torch; the run-bundle process loads the ExecuTorch
+runtime.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from coverfarm.settings import Settings, get_settings
+from gpu_runner.client import FarmClient, Refused
+from gpu_runner.config import RunnerConfig, load
+
+log = logging.getLogger("coverfarm.runner")
+
+HEALTH_WARMUP, HEALTH_ITERATIONS = 1, 5
+UNAUTHORISED = (401, 403)
+NOT_READY = 423
+CLI = "import sys; from coverfarm.cli import main; sys.exit(main())"
+
+
+@dataclass(frozen=True)
+class Timing:
+    warmup: int = 3
+    iterations: int = 20
+
+
+def work_dir(settings: Settings) -> Path:
+    return settings.home / "runner"
+
+
+def run_bundle_process(
+    bundle: Path, sha256: str, timing: Timing, timeout_s: float, work: Path
+) -> tuple[dict[str, Any] | None, str | None]:
+    """(result document, None) from a fresh ``run-bundle`` process; (None, why) when it gave none."""
+    work.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="run.", dir=work) as folder:
+        out = Path(folder) / "result.json"
+        command = [
+            sys.executable, "-c", CLI, "runner", "run-bundle", str(bundle), "--out", str(out),
+            "--sha256", sha256, "--warmup", str(timing.warmup), "--iterations", str(timing.iterations),
+            "--unsigned",
+        ]  # fmt: skip
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired:
+            return None, f"run-bundle did not finish within {timeout_s:g} s"
+        if not out.is_file():
+            tail = " ".join(done.stderr.strip().splitlines()[-3:]) or "no output"
+            return None, f"run-bundle exited with status {done.returncode} and wrote no result: {tail}"
+        document: dict[str, Any] = json.loads(out.read_text())
+        return document, None
+
+
+class JobBeat:
+    """Beats a claimed job every heartbeat interval while its bundle runs."""
+
+    def __init__(self, client: FarmClient, job_id: int, attempt: int, interval_s: float) -> None:
+        self._client, self._job_id, self._attempt, self._interval = client, job_id, attempt, interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"job-beat-{job_id}", daemon=True)
+
+    def __enter__(self) -> JobBeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                if not self._client.job_heartbeat(self._job_id, self._attempt):
+                    log.warning("job %s attempt %s is no longer ours", self._job_id, self._attempt)
+            except (Refused, httpx.HTTPError) as error:
+                log.warning("heartbeat of job %s failed: %s", self._job_id, error)
+
+
+DONE, RECHECK, REQUEUE = "done", "recheck", "requeue"
+
+
+def run_job(client: FarmClient, job_id: int, timing: Timing, work: Path) -> str:
+    """Claim, fetch, run and report one device job. DONE: take the next; RECHECK: an infrastructure
+    error, health check before more work; REQUEUE: this runner may not take the job now (not healthy,
+    or its credential refused), so the message goes back for another runner."""
+    try:
+        claim = client.claim(job_id)
+    except Refused as refused:
+        log.warning("job %s not claimed: %s", job_id, refused)
+        return REQUEUE if refused.status == NOT_READY or refused.status in UNAUTHORISED else DONE
+    attempt, sha = int(claim["attempt"]), str(claim["bundle_sha256"])
+    log.info("job %s attempt %s: bundle %s on %s", job_id, attempt, sha, claim["device_class"])
+    with JobBeat(client, job_id, attempt, client.config.heartbeat_interval_s):
+        try:
+            bundle = client.fetch(sha, work / "bundles")
+        except (Refused, httpx.HTTPError, OSError, tarfile.TarError) as error:
+            return _infra(client, job_id, attempt, f"bundle {sha} could not be fetched: {error}")
+        document, why = run_bundle_process(bundle, sha, timing, float(claim["timeout_s"]), work)
+    if document is None:
+        return _infra(client, job_id, attempt, why or "run-bundle gave no result")
+    try:
+        client.report(job_id, attempt, document)
+    except Refused as refused:
+        log.error("result of job %s attempt %s refused: %s", job_id, attempt, refused)
+    return DONE
+
+
+def _infra(client: FarmClient, job_id: int, attempt: int, error: str) -> str:
+    log.error("job %s attempt %s: infrastructure error: %s", job_id, attempt, error)
+    try:
+        client.infra_error(job_id, attempt, error)
+    except (Refused, httpx.HTTPError) as refused:
+        log.error("reporting the infrastructure error of job %s failed: %s", job_id, refused)
+    return RECHECK
+
+
+def health_check(client: FarmClient, timing: Timing, work: Path) -> dict[str, Any]:
+    """Run the farm's health-check bundle of one of the runner's classes and report it; the runner's
+    state as the orchestrator then sees it."""
+    checks = client.health_checks()
+    if not checks:
+        status = client.heartbeat()
+        status["state_reason"] = "the farm has no health-check bundle for " + ", ".join(
+            client.config.device_classes
+        )
+        return status
+    check = checks[0]
+    try:
+        bundle = client.fetch(check["sha256"], work / "bundles")
+    except (Refused, httpx.HTTPError, OSError, tarfile.TarError) as error:
+        status = client.heartbeat()
+        status["state_reason"] = f"health-check bundle could not be fetched: {error}"
+        return status
+    document, why = run_bundle_process(bundle, check["sha256"], timing, client.config.device_timeout_s, work)
+    if document is None:
+        document = {"bundle_sha256": check["sha256"], "status": "failed", "error": why}
+    return client.report_health(check["device_class"], check["sha256"], document)
+
+
+class Agent:
+    """The supervisor: heartbeats, health checks, and the consumer process."""
+
+    def __init__(self, config: RunnerConfig, config_path: Path, settings: Settings, timing: Timing) -> None:
+        self.config, self.config_path, self.settings, self.timing = config, config_path, settings, timing
+        self.client = FarmClient(config)
+        self.stop = threading.Event()
+        self.revoked: str | None = None
+        self.consumer: subprocess.Popen[bytes] | None = None
+
+    def _beat(self) -> None:
+        while not self.stop.wait(self.config.heartbeat_interval_s):
+            try:
+                self.client.heartbeat()
+            except Refused as refused:
+                if refused.status in UNAUTHORISED:
+                    self.revoked = refused.detail
+                    self._shutdown()
+                log.warning("heartbeat refused: %s", refused)
+            except httpx.HTTPError as error:
+                log.warning("heartbeat failed: %s", error)
+
+    def _shutdown(self, *_args: object) -> None:
+        self.stop.set()
+        if self.consumer is not None and self.consumer.poll() is None:
+            self.consumer.send_signal(signal.SIGTERM)
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._shutdown)
+        signal.signal(signal.SIGINT, self._shutdown)
+        threading.Thread(target=self._beat, name="runner-heartbeat", daemon=True).start()
+        work = work_dir(self.settings)
+        try:
+            while not self.stop.is_set():
+                try:
+                    status = health_check(self.client, Timing(HEALTH_WARMUP, HEALTH_ITERATIONS), work)
+                except Refused as refused:
+                    if refused.status in UNAUTHORISED:
+                        self.revoked = refused.detail
+                        break
+                    raise
+                except httpx.HTTPError as error:
+                    status = {"state": "unreachable", "state_reason": str(error)}
+                log.info("runner %s: %s (%s)", self.config.runner_id, status["state"], status["state_reason"])
+                if status["state"] != "healthy":
+                    self.stop.wait(max(self.config.heartbeat_interval_s, 5.0))
+                    continue
+                self._consume()
+        finally:
+            self.client.close()
+        if self.revoked is not None:
+            log.error("runner %s stops: %s", self.config.runner_id, self.revoked)
+            return 3
+        return 0
+
+    def _consume(self) -> None:
+        command = [
+            sys.executable, "-m", "gpu_runner.agent", "consume", "--config", str(self.config_path),
+            "--warmup", str(self.timing.warmup), "--iterations", str(self.timing.iterations),
+        ]  # fmt: skip
+        self.consumer = subprocess.Popen(command)
+        while self.consumer.poll() is None:
+            self.stop.wait(0.5)
+        log.info("consumer exited with status %s", self.consumer.returncode)
+
+
+def consume(config: RunnerConfig, settings: Settings, timing: Timing) -> None:
+    """The consumer process: a Celery worker on the runner's device queues, one job at a time."""
+    from celery import Task
+    from celery.exceptions import Reject
+
+    from coverfarm.queues import DEVICE_TASK, DeviceMessage, device_queue, make_celery
+
+    if settings.broker_url is None and config.broker_url is not None:
+        settings = settings.model_copy(update={"broker_url": config.broker_url})
+    app = make_celery(settings)
+    client = FarmClient(config)
+    work = work_dir(settings)
+
+    @app.task(name=DEVICE_TASK, bind=True, acks_late=True)
+    def device_run(self: Task[Any, Any], message: dict[str, Any]) -> None:
+        parsed = DeviceMessage.model_validate(message)
+        outcome = run_job(client, parsed.job_id, timing, work)
+        if outcome != DONE:
+            # Stop taking work: the supervisor runs the health check, then starts a new consumer.
+            # A warm shutdown lets this task return (and its message be acknowledged or rejected).
+            os.kill(os.getpid(), signal.SIGTERM)
+        if outcome == REQUEUE:
+            raise Reject(f"runner {config.runner_id} may not take job {parsed.job_id} now", requeue=True)
+
+    del device_run
+    app.worker_main(
+        [
+            "worker",
+            "--queues", ",".join(device_queue(name) for name in config.device_classes),
+            "--concurrency", "1",
+            "--pool", "solo",
+            "--hostname", f"runner-{config.runner_id}@%h",
+            "--without-gossip", "--without-mingle", "--without-heartbeat",
+            "--loglevel", "INFO",
+        ]
+    )  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpu_runner.agent")
+    parser.add_argument("command", choices=["consume"])
+    parser.add_argument("--config", type=Path, required=True)
+    parser.add_argument("--warmup", type=int, default=Timing.warmup)
+    parser.add_argument("--iterations", type=int, default=Timing.iterations)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    consume(load(args.config), get_settings(), Timing(args.warmup, args.iterations))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

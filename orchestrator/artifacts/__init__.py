@@ -1,0 +1,1 @@
+"""Artifacts: the content-addressed bundle store, its metadata and the endpoint that serves it."""

@@ -1,0 +1,33 @@
+"""The health-check bundles the farm ships (built by ``python -m worker.health``), served from the store.
+
+The orchestrator cannot build a bundle (it never imports torch), so the bundles live in the source tree,
+under ``health/<backend>/``, and are put into the artifact store under their sha256 the first time a
+runner asks. XNNPACK has one; a backend without one (Vulkan, until a host with a Vulkan runtime builds
+and ships it) leaves its runners quarantined with that reason.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+from coverfarm.digest import bundle_digest
+from orchestrator.artifacts.store import ArtifactStore
+
+SHIPPED = Path(__file__).resolve().parent / "health"
+
+
+@cache
+def _shipped_sha(backend: str) -> str | None:
+    folder = SHIPPED / backend
+    return bundle_digest(folder) if (folder / "manifest.json").is_file() else None
+
+
+def health_bundle(store: ArtifactStore, backend: str) -> str | None:
+    """The sha256 of ``backend``'s health-check bundle, stored; None when the farm ships none."""
+    sha = _shipped_sha(backend)
+    if sha is None:
+        return None
+    if not store.has(sha):
+        store.put(SHIPPED / backend, sha)
+    return sha

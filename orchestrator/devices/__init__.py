@@ -1,0 +1,1 @@
+"""Device runners: enrolment, credentials, health, device jobs over authenticated HTTP, offline import."""

@@ -1,0 +1,132 @@
+"""HTTP for enrolment tokens, runners, device jobs and offline imports; the behaviour is in service.py
+and runs.py. Runners authenticate with their credential (auth.py), admins with the admin token."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Query, Request, Response, status
+from fastapi.responses import StreamingResponse
+
+from orchestrator.artifacts.store import ArtifactError, ArtifactStore, check_sha
+from orchestrator.deps import AdminDep, SessionDep, SettingsDep
+from orchestrator.devices import runs, service
+from orchestrator.devices.auth import RunnerDep, RunnerOrAdminDep
+from orchestrator.devices.errors import Missing, Unprocessable
+from orchestrator.devices.schemas import (
+    Alive,
+    AttemptRef,
+    Claim,
+    Enrol,
+    Enrolled,
+    HealthCheck,
+    HealthReport,
+    Imported,
+    InfraError,
+    RunnerPublic,
+    RunnerStatus,
+    RunReport,
+    TokenCreate,
+    TokenIssued,
+)
+
+router = APIRouter(tags=["devices"])
+
+
+def _store(request: Request) -> ArtifactStore:
+    return ArtifactStore(request.app.state.settings.artifacts_dir)
+
+
+@router.post("/enrolment-tokens", status_code=status.HTTP_201_CREATED, dependencies=[AdminDep])
+def create_token(session: SessionDep, settings: SettingsDep, body: TokenCreate | None = None) -> TokenIssued:
+    """A one-time enrolment token (shown once, stored as its sha256)."""
+    return service.create_token(session, settings, body or TokenCreate())
+
+
+@router.post("/runners/enrol", status_code=status.HTTP_201_CREATED)
+def enrol(body: Enrol, session: SessionDep, settings: SettingsDep) -> Enrolled:
+    """Trade a one-time token and the host's probe for a runner credential (shown once)."""
+    return service.enrol(session, settings, body)
+
+
+@router.get("/runners")
+def list_runners(
+    session: SessionDep,
+    response: Response,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> list[RunnerPublic]:
+    """Device runners with their state and why, device classes, probe and last heartbeat."""
+    response.headers["X-Total-Count"] = str(service.count(session))
+    return service.list_(session, limit, offset)
+
+
+@router.post("/runners/{runner_id}/revoke", dependencies=[AdminDep])
+def revoke(runner_id: int, session: SessionDep) -> RunnerPublic:
+    return service.revoke(session, runner_id)
+
+
+@router.delete("/runners/{runner_id}", dependencies=[AdminDep])
+def delete_runner(runner_id: int, session: SessionDep) -> RunnerPublic:
+    """Revoke (the row stays: its results keep naming it)."""
+    return service.revoke(session, runner_id)
+
+
+@router.post("/runners/me/heartbeat")
+def runner_heartbeat(runner: RunnerDep, session: SessionDep) -> RunnerStatus:
+    return service.heartbeat(session, runner)
+
+
+@router.get("/runners/me/health-check")
+def health_checks(runner: RunnerDep, request: Request) -> list[HealthCheck]:
+    return service.health_checks(runner, _store(request))
+
+
+@router.post("/runners/me/health-check")
+def report_health(
+    body: HealthReport, runner: RunnerDep, session: SessionDep, request: Request
+) -> RunnerStatus:
+    return service.report_health(session, runner, _store(request), body)
+
+
+@router.post("/device-jobs/{job_id}/claim")
+def claim(job_id: int, runner: RunnerDep, session: SessionDep, settings: SettingsDep) -> Claim:
+    return runs.claim(session, runner, job_id, settings)
+
+
+@router.post("/device-jobs/{job_id}/heartbeat")
+def job_heartbeat(job_id: int, body: AttemptRef, runner: RunnerDep, session: SessionDep) -> Alive:
+    return runs.heartbeat(session, runner, job_id, body.attempt)
+
+
+@router.post("/device-jobs/{job_id}/result", status_code=status.HTTP_204_NO_CONTENT)
+def report(job_id: int, body: RunReport, runner: RunnerDep, session: SessionDep) -> None:
+    runs.report(session, runner, job_id, body)
+
+
+@router.post("/device-jobs/{job_id}/infra-error", status_code=status.HTTP_204_NO_CONTENT)
+def infra_error(
+    job_id: int, body: InfraError, runner: RunnerDep, session: SessionDep, settings: SettingsDep
+) -> None:
+    runs.infra_error(session, runner, job_id, body, settings)
+
+
+@router.post("/results/import", status_code=status.HTTP_201_CREATED, dependencies=[AdminDep])
+def import_result(
+    document: Annotated[dict[str, Any], Body()], session: SessionDep, settings: SettingsDep
+) -> Imported:
+    """A signed offline result (``coverfarm runner run-bundle`` on an enrolled host) for a known bundle."""
+    return runs.import_result(session, document, settings)
+
+
+@router.get("/artifacts/{sha256}", dependencies=[RunnerOrAdminDep], response_class=StreamingResponse)
+def artifact(sha256: str, request: Request) -> StreamingResponse:
+    """The bundle as an uncompressed tar; the runner verifies its sha256 after unpacking."""
+    store = _store(request)
+    try:
+        check_sha(sha256)
+    except ArtifactError as error:
+        raise Unprocessable(str(error)) from None
+    if not store.has(sha256):
+        raise Missing(f"bundle {sha256} is not in the artifact store")
+    return StreamingResponse(store.tar_stream(sha256), media_type="application/x-tar")

@@ -1,0 +1,91 @@
+"""Every query on runners, enrolment tokens and device runs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from orchestrator.models import (
+    Cell,
+    DeviceRun,
+    EnrolmentToken,
+    Job,
+    Result,
+    Runner,
+    RunnerState,
+    utcnow,
+)
+
+LIVE = (RunnerState.QUARANTINED.value, RunnerState.HEALTHY.value)
+
+
+def token_by_hash(session: Session, token_hash: str) -> EnrolmentToken | None:
+    return session.scalars(
+        select(EnrolmentToken).where(EnrolmentToken.token_hash == token_hash).with_for_update()
+    ).one_or_none()
+
+
+def get_runner(session: Session, runner_id: int) -> Runner | None:
+    return session.get(Runner, runner_id)
+
+
+def list_runners(session: Session, limit: int, offset: int) -> Sequence[Runner]:
+    return session.scalars(select(Runner).order_by(Runner.id).limit(limit).offset(offset)).all()
+
+
+def count_runners(session: Session) -> int:
+    return session.scalar(select(func.count()).select_from(Runner)) or 0
+
+
+def silent_live(session: Session, before: datetime) -> Sequence[Runner]:
+    return session.scalars(
+        select(Runner)
+        .where(Runner.state.in_(LIVE), func.coalesce(Runner.last_heartbeat, Runner.enrolled_at) < before)
+        .order_by(Runner.id)
+        .with_for_update(skip_locked=True)
+    ).all()
+
+
+def enrolled_classes(session: Session) -> set[str]:
+    """Device classes some runner that is not revoked serves."""
+    rows = session.scalars(select(Runner.device_classes).where(Runner.state != RunnerState.REVOKED.value))
+    return {name for classes in rows for name in classes}
+
+
+def upsert_run(session: Session, values: dict[str, Any]) -> None:
+    """Insert or replace the device run of (cell, class): a retry or a second import replaces it."""
+    insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
+    statement = insert(DeviceRun).values(**values, created_at=utcnow(), updated_at=utcnow())
+    keys = ("cell_id", "device_class")
+    replace = {key: statement.excluded[key] for key in (*values, "updated_at") if key not in keys}
+    session.execute(statement.on_conflict_do_update(index_elements=list(keys), set_=replace))
+
+
+def runs_of_cells(session: Session, cell_ids: Sequence[int]) -> Sequence[DeviceRun]:
+    if not cell_ids:
+        return []
+    return session.scalars(select(DeviceRun).where(DeviceRun.cell_id.in_(cell_ids))).all()
+
+
+def cells_with_bundle(session: Session, sha256: str) -> Sequence[Cell]:
+    """Cells whose stored CPU result produced the bundle ``sha256``."""
+    sha = Result.document["bundle"]["sha256"].as_string()
+    return session.scalars(
+        select(Cell).join(Result, Result.cell_id == Cell.id).where(sha == sha256).order_by(Cell.id)
+    ).all()
+
+
+def bundle_of_cell(session: Session, cell_id: int) -> str | None:
+    """The bundle sha256 of the cell's latest stored CPU result, if it has one."""
+    sha = Result.document["bundle"]["sha256"].as_string()
+    return session.scalar(
+        select(sha)
+        .join(Job, Job.id == Result.job_id)
+        .where(Result.cell_id == cell_id)
+        .order_by(Job.id.desc())
+    )

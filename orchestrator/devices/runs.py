@@ -1,0 +1,186 @@
+"""Device jobs over authenticated HTTP (claim, heartbeat, result, infrastructure error) and offline imports.
+
+A runner may only report on a job it claimed: the job row names the runner holding its current attempt,
+and anything else is refused before anything is written. The device result of a (cell, device class) is
+one row, upserted, so a retried attempt or a repeated import replaces it and never duplicates it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy.orm import Session
+
+from coverfarm import device_classes, signing
+from coverfarm.settings import Settings
+from gpu_runner.result import DeviceResult
+from orchestrator.devices import repository, service
+from orchestrator.devices.errors import Conflict, Forbidden, Unprocessable
+from orchestrator.devices.schemas import Alive, Claim, Imported, InfraError, RunReport
+from orchestrator.jobs import service as jobs
+from orchestrator.jobs.transitions import lock_job
+from orchestrator.models import Job, JobStatus, Runner, RunnerState
+
+
+def worker_name(runner: Runner) -> str:
+    """How a runner is named on the jobs it runs (``Job.worker``)."""
+    return f"runner-{runner.id}"
+
+
+def _device_job(session: Session, runner: Runner, job_id: int) -> tuple[Job, str]:
+    job = lock_job(session, job_id)
+    device_class = jobs.device_class_of(job) if job is not None else None
+    if job is None or device_class is None:
+        raise Forbidden(f"job {job_id} is not a device job")
+    if device_class not in runner.device_classes:
+        raise Forbidden(f"job {job_id} runs on {device_class}, which runner {runner.id} does not serve")
+    return job, device_class
+
+
+def claim(session: Session, runner: Runner, job_id: int, settings: Settings) -> Claim:
+    service.require_healthy(runner)
+    _, device_class = _device_job(session, runner, job_id)
+    started = jobs.start(session, job_id, worker_name(runner), settings)
+    if started is None:
+        raise Conflict(f"job {job_id} has nothing to run (done, cancelled or running elsewhere)")
+    job = lock_job(session, job_id)
+    assert job is not None
+    sha = repository.bundle_of_cell(session, job.cell_id)
+    if sha is None:  # cannot happen for a job created from a bundle; say so rather than run nothing
+        jobs.end(session, job, JobStatus.FAILED, "the cell has no bundle", "the cell has no bundle")
+        raise Conflict(f"job {job_id}: the cell has no bundle to run")
+    return Claim(
+        job_id=job_id,
+        attempt=started.attempt,
+        device_class=device_class,
+        bundle_sha256=sha,
+        timeout_s=job.timeout_s,
+    )
+
+
+def _own_attempt(session: Session, runner: Runner, job_id: int, attempt: int) -> Job:
+    job, _ = _device_job(session, runner, job_id)
+    if job.worker != worker_name(runner):
+        raise Forbidden(f"job {job_id} is not runner {runner.id}'s: it did not claim it")
+    current = jobs.running_attempt(session, job_id, attempt)
+    if current is None:
+        raise Conflict(f"attempt {attempt} of job {job_id} is no longer running (the job is {job.status})")
+    return current
+
+
+def heartbeat(session: Session, runner: Runner, job_id: int, attempt: int) -> Alive:
+    service.heartbeat(session, runner)
+    job, _ = _device_job(session, runner, job_id)
+    if job.worker != worker_name(runner):
+        return Alive(alive=False)
+    return Alive(alive=jobs.heartbeat(session, job_id, attempt, worker_name(runner)))
+
+
+def _store(
+    session: Session,
+    cell_id: int,
+    device_class: str,
+    result: DeviceResult,
+    document: dict[str, Any],
+    *,
+    runner_id: int,
+    source: str,
+    job_id: int | None = None,
+    attempt: int | None = None,
+) -> None:
+    repository.upsert_run(
+        session,
+        {
+            "cell_id": cell_id,
+            "device_class": device_class,
+            "job_id": job_id,
+            "runner_id": runner_id,
+            "attempt": attempt,
+            "source": source,
+            "status": result.status,
+            "median_ms": result.latency.median_ms if result.latency else None,
+            "error": result.error,
+            "bundle_sha256": result.bundle_sha256,
+            "document": document,
+        },
+    )
+
+
+def report(session: Session, runner: Runner, job_id: int, body: RunReport) -> None:
+    job = _own_attempt(session, runner, job_id, body.attempt)
+    device_class = jobs.device_class_of(job)
+    assert device_class is not None
+    expected = repository.bundle_of_cell(session, job.cell_id)
+    if body.result.bundle_sha256 != expected:
+        raise Unprocessable(
+            f"the result is of bundle {body.result.bundle_sha256}; job {job_id} runs {expected}"
+        )
+    _store(
+        session,
+        job.cell_id,
+        device_class,
+        body.result,
+        body.result.model_dump(mode="json"),
+        runner_id=runner.id,
+        source="job",
+        job_id=job.id,
+        attempt=body.attempt,
+    )
+    if body.result.status == "ok":
+        jobs.end(
+            session, job, JobStatus.OK, f"attempt {body.attempt} on runner {runner.id} stored its result"
+        )
+    else:
+        error = body.result.error or "failed without a cause"
+        jobs.end(
+            session, job, JobStatus.FAILED, f"attempt {body.attempt} on runner {runner.id}: {error}", error
+        )
+
+
+def infra_error(session: Session, runner: Runner, job_id: int, body: InfraError, settings: Settings) -> None:
+    """The runner could not run the job for reasons of its own (download failed, runtime would not
+    start): the job goes back to the queue and the runner back to its health check."""
+    job = _own_attempt(session, runner, job_id, body.attempt)
+    first_line = body.error.strip().splitlines()[-1]
+    jobs.give_back(session, job, f"runner {runner.id} infrastructure error: {first_line}", settings)
+    service.quarantine(session, runner.id, f"infrastructure error on job {job_id}: {first_line}")
+
+
+def import_result(session: Session, document: dict[str, Any], settings: Settings) -> Imported:
+    """Store an offline run's signed result as the device result of every cell that has its bundle."""
+    try:
+        body, runner_id, value = signing.split(document)
+    except ValueError as error:
+        raise Unprocessable(str(error)) from None
+    runner = repository.get_runner(session, runner_id)
+    if runner is None or runner.state == RunnerState.REVOKED.value:
+        raise Forbidden(f"the result is signed by runner {runner_id}, which is unknown or revoked")
+    if not signing.verify(body, runner_id, value, runner.credential_hash):
+        raise Forbidden(f"bad signature: the result was changed after runner {runner_id} signed it")
+    try:
+        result = DeviceResult.model_validate(body)
+    except ValidationError as error:
+        raise Unprocessable(f"not a device result document: {error.errors()[0]['msg']}") from None
+    if result.device_class is None:
+        raise Unprocessable("the result names no device class (the host offered none for its backend)")
+    try:
+        backend = device_classes.check(result.device_class, settings.backends)
+        backend = device_classes.backend_of(backend)
+    except ValueError as error:
+        raise Unprocessable(str(error)) from None
+    cells = [
+        cell
+        for cell in repository.cells_with_bundle(session, result.bundle_sha256)
+        if cell.backend == backend
+    ]
+    if not cells:
+        raise Unprocessable(f"bundle {result.bundle_sha256} is not one the farm knows (no cell produced it)")
+    for cell in cells:
+        _store(session, cell.id, result.device_class, result, body, runner_id=runner.id, source="import")
+    return Imported(
+        runner_id=runner.id,
+        device_class=result.device_class,
+        bundle_sha256=result.bundle_sha256,
+        cells=[cell.id for cell in cells],
+    )

@@ -1,0 +1,107 @@
+"""What clients and runners send and get back about runners, tokens, device jobs and imports."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpu_runner.result import DeviceResult, ProbeReport
+from orchestrator.models import RunnerState
+
+
+class TokenCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # None: the farm's COVERFARM_ENROLMENT_TOKEN_TTL_S. At most 30 days.
+    expires_in_s: float | None = Field(None, gt=0, le=30 * 86400)
+
+
+class TokenIssued(BaseModel):
+    token: str  # shown once; the farm keeps only its sha256
+    expires_at: datetime
+
+
+class Enrol(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    token: str = Field(min_length=1, max_length=200)
+    name: str = Field(min_length=1, max_length=255)
+    probe: ProbeReport
+
+
+class Enrolled(BaseModel):
+    runner_id: int
+    credential: str  # "<runner id>.<secret>", shown once; the farm keeps only the secret's sha256
+    device_classes: list[str]
+    state: RunnerState
+    broker_url: str | None  # the queues to consume; None: the embedded default's filesystem broker
+    heartbeat_interval_s: float
+    device_timeout_s: float
+
+
+class RunnerStatus(BaseModel):
+    runner_id: int
+    state: RunnerState
+    state_reason: str | None
+
+
+class RunnerPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    name: str
+    device_classes: list[str]
+    state: RunnerState
+    state_reason: str | None
+    state_changed_at: datetime | None
+    enrolled_at: datetime
+    last_heartbeat: datetime | None
+    probe: dict[str, Any]
+
+
+class HealthCheck(BaseModel):
+    device_class: str
+    sha256: str
+
+
+class HealthReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    device_class: str
+    sha256: str
+    result: DeviceResult
+
+
+class Claim(BaseModel):
+    job_id: int
+    attempt: int
+    device_class: str
+    bundle_sha256: str
+    timeout_s: float
+
+
+class AttemptRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    attempt: int = Field(ge=1)
+
+
+class RunReport(AttemptRef):
+    result: DeviceResult
+
+
+class InfraError(AttemptRef):
+    error: str = Field(min_length=1, max_length=20000)
+
+
+class Alive(BaseModel):
+    alive: bool
+
+
+class Imported(BaseModel):
+    runner_id: int
+    device_class: str
+    bundle_sha256: str
+    cells: list[int]

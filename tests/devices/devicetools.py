@@ -1,0 +1,88 @@
+"""Helpers for the device API tests (a plain module: test files must not import conftest)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bundle_engine import make_bundle
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session, sessionmaker
+
+from coverfarm.result import Bundle, Options, ResultDocument, StageResult, StageStatus
+from coverfarm.settings import Settings
+from gpu_runner.result import Board, DeviceResult, ExecutorchInfo, LatencyStats, ProbeReport
+from orchestrator.artifacts import repository as artifacts
+from orchestrator.artifacts.store import ArtifactStore
+from orchestrator.jobs import service as jobs
+from orchestrator.models import Job
+
+CLASS = "cpu-x86_64-xnnpack"
+
+
+def probe(classes: list[str] | None = None) -> dict[str, Any]:
+    report = ProbeReport(
+        board=Board(cores=2, arch="x86_64"),
+        vulkan_status="vulkaninfo not installed",
+        executorch=ExecutorchInfo(version="1.5.1", registered_backends=["XnnpackBackend"]),
+        device_classes=[CLASS] if classes is None else classes,
+    )
+    return report.model_dump(mode="json")
+
+
+def enrol(client: TestClient, admin: dict[str, str], name: str = "board") -> tuple[int, dict[str, str]]:
+    token = client.post("/api/enrolment-tokens", headers=admin, json={}).json()["token"]
+    response = client.post("/api/runners/enrol", json={"token": token, "name": name, "probe": probe()})
+    assert response.status_code == 201, response.text
+    enrolled = response.json()
+    return enrolled["runner_id"], {"Authorization": f"Bearer {enrolled['credential']}"}
+
+
+def device_result(sha: str, median_ms: float = 2.5, status: str = "ok") -> dict[str, Any]:
+    samples = [median_ms, median_ms * 1.1, median_ms * 0.9]
+    latency = LatencyStats(
+        warmup=1, iterations=3, samples_ms=samples, median_ms=median_ms, p90_ms=max(samples),
+        min_ms=min(samples), mean_ms=sum(samples) / 3, cv=0.08, stable=True, load_ms=1.0,
+    )  # fmt: skip
+    result = DeviceResult(
+        bundle_sha256=sha, policy="act", backend="xnnpack", device_class=CLASS, status=status,
+        latency=latency if status == "ok" else None, error=None if status == "ok" else "output wrong",
+    )  # fmt: skip
+    return result.model_dump(mode="json")
+
+
+def make_healthy(client: TestClient, credential: dict[str, str]) -> None:
+    checks = client.get("/api/runners/me/health-check", headers=credential).json()
+    assert [check["device_class"] for check in checks] == [CLASS]
+    sha = checks[0]["sha256"]
+    body = {"device_class": CLASS, "sha256": sha, "result": device_result(sha, 0.05)}
+    response = client.post("/api/runners/me/health-check", headers=credential, json=body)
+    assert response.json()["state"] == "healthy", response.text
+
+
+def lower_with_bundle(
+    sessions: sessionmaker[Session], settings: Settings, job_id: int, policy: str, tmp: Path
+) -> Bundle:
+    """What the CPU worker does for a lower job that made a bundle: store it, then finish the job."""
+    bundle = make_bundle(policy, tmp)
+    stored = ArtifactStore(settings.artifacts_dir).put(Path(bundle.path), bundle.sha256)
+    with sessions() as session:
+        started = jobs.start(session, job_id, "cpu@test", settings)
+        assert started is not None
+        ok = StageResult(status=StageStatus.OK)
+        doc = ResultDocument(
+            policy=policy, backend=started.backend, options=Options(), trace=ok, partition=ok, export=ok,
+            bundle=bundle,
+        )  # fmt: skip
+        artifacts.record(session, stored)
+        jobs.finish(session, job_id, started.attempt, doc, settings)
+        session.commit()
+    return bundle
+
+
+def device_jobs(session: Session, sweep_id: int) -> list[Job]:
+    return [
+        job
+        for job in session.query(Job).order_by(Job.id)
+        if job.stage.startswith("run:") and job.cell.sweep_id == sweep_id
+    ]

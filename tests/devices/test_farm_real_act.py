@@ -1,0 +1,98 @@
+"""End to end with the real engine: act on XNNPACK through the farm to a ✓ with its latency and
+correctness figures, run by a runner enrolled with a real token. Its own redis-server and orchestrator
+(on the session's database), so only the real-engine worker takes its lower job."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from farmtools import ROOT, TOKEN, coverfarm_command, free_port, start_redis, start_server, stop, wait_for
+from runnertools import child_env_with_engine, run_cli
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from orchestrator.devices.grid import device_cells
+from orchestrator.models import DeviceRun, Sweep
+
+CLASS = f"cpu-{os.uname().machine}-xnnpack"
+
+
+@pytest.fixture
+def real_farm(farm_env: dict[str, str], tmp_path: Path) -> Iterator[tuple[dict[str, str], str]]:
+    port = free_port()
+    redis_process = start_redis(port, tmp_path)
+    env = {
+        **farm_env,
+        "COVERFARM_BROKER_URL": f"redis://127.0.0.1:{port}/0",
+        "COVERFARM_ENGINE": "worker.engine:analyze",
+        "COVERFARM_STAGE_TIMEOUT_S": "900",
+        "COVERFARM_LONG_TIMEOUT_S": "1800",
+        "COVERFARM_DEVICE_TIMEOUT_S": "600",
+        "COVERFARM_HEARTBEAT_TIMEOUT_S": "60",
+    }
+    server, url = start_server(env, tmp_path / "serve.log")
+    processes = [redis_process, server]
+    with (tmp_path / "worker.log").open("wb") as out:
+        processes.append(
+            subprocess.Popen(
+                coverfarm_command("worker", "--name", "cpu-real@%h"),
+                env=child_env_with_engine(env),
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+    try:
+        yield env, url
+    finally:
+        for process in reversed(processes):
+            stop(process)
+
+
+@pytest.mark.real_policy
+@pytest.mark.timeout(2400)
+def test_act_on_xnnpack_through_the_farm_to_a_device_tick(
+    real_farm: tuple[dict[str, str], str], farm_sessions: sessionmaker[Session], tmp_path: Path
+) -> None:
+    env, url = real_farm
+    token = run_cli(env, "token", "create", "--url", url, "--token", TOKEN).stdout.strip()
+    config = tmp_path / "runner.json"
+    registered = run_cli(env, "runner", "register", "--url", url, "--token", token, "--name", "real-board",
+                         "--config", str(config))  # fmt: skip
+    assert registered.returncode == 0, registered.stderr
+    with (tmp_path / "runner.log").open("wb") as out:
+        runner = subprocess.Popen(
+            coverfarm_command("runner", "start", "--config", str(config)), env=child_env_with_engine(env),
+            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as api:
+            body = {"policies": ["act"], "backends": ["xnnpack"], "device_classes": [CLASS], "timeout_s": 900}
+            sweep_id = api.post("/api/sweeps", json=body).json()["id"]
+            wait_for(lambda: api.get(f"/api/sweeps/{sweep_id}").json()["state"] == "done", 2100, "act")
+            report = api.get(f"/api/sweeps/{sweep_id}/report.md").text
+    finally:
+        stop(runner)
+    with farm_sessions() as session:
+        sweep = session.get(Sweep, sweep_id)
+        assert sweep is not None
+        text = device_cells(session, sweep)[("act", "xnnpack")][CLASS]
+        run = session.scalars(select(DeviceRun).where(DeviceRun.cell_id == sweep.cells[0].id)).one()
+    assert text.startswith("✓ ") and text.endswith(" ms"), (text, report)
+    document = run.document
+    assert run.status == "ok" and run.median_ms is not None and run.median_ms > 0
+    assert all(check["passed"] for check in document["testcase"])
+    assert document["frames"]["frames"] == 16 and document["frames"]["passed"]
+    assert all(output["max_abs_error"] < 1e-2 for output in document["frames"]["outputs"])
+    latency = document["latency"]
+    print(
+        f"act/xnnpack on {CLASS}: median {latency['median_ms']:.2f} ms, p90 {latency['p90_ms']:.2f} ms, "
+        f"min {latency['min_ms']:.2f} ms, cv {latency['cv']:.3f}, load {latency['load_ms']:.0f} ms; "
+        f"frames max abs error {max(o['max_abs_error'] for o in document['frames']['outputs']):.3g}"
+    )

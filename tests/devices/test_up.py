@@ -1,0 +1,32 @@
+"""``coverfarm up`` on the embedded default enrols a local CPU device runner and runs the host's XNNPACK
+class: SQLite, the filesystem broker, a real worker and a real runner, no servers."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+from pathlib import Path
+
+from farmtools import ROOT, coverfarm_command, free_port
+from runnertools import child_env_with_engine
+
+CLASS = f"cpu-{os.uname().machine}-xnnpack"
+
+
+def test_up_runs_the_xnnpack_bundle_on_a_local_runner(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    env = child_env_with_engine({"COVERFARM_HOME": str(home), "COVERFARM_ENGINE": "bundle_engine:analyze"})
+    command = ["up", "--policies", "act", "--backends", "xnnpack", "--port", str(free_port()), "--once"]
+    result = subprocess.run(
+        coverfarm_command(*command),
+        env=env, capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"local device runner for {CLASS}" in result.stderr
+    assert (home / "runner.json").stat().st_mode & 0o777 == 0o600
+    with sqlite3.connect(home / "coverfarm.db") as db:
+        assert db.execute("SELECT device_classes FROM sweeps").fetchall() == [(f'["{CLASS}"]',)]
+        runs = db.execute("SELECT device_class, status, source, median_ms FROM device_runs").fetchall()
+    assert [(c, s, src) for c, s, src, _ in runs] == [(CLASS, "ok", "job")]
+    assert runs[0][3] > 0

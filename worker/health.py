@@ -1,0 +1,91 @@
+"""The device runners' health-check bundle: one tiny program, built with the engine's own bundle writer.
+
+A new (or recovering) runner must run this bundle and match its references before it takes work
+(design.md, "Register a new board"). The farm ships the XNNPACK one built by this module under
+``orchestrator/artifacts/health/<backend>/`` so that the orchestrator, which never imports torch, can
+serve it; ``python -m worker.health DIR xnnpack`` rebuilds it (after an ExecuTorch upgrade, say) and
+prints where it went. Imports torch and ExecuTorch: CPU worker side only.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from coverfarm.result import ResultDocument, StageResult, StageStatus
+from worker.backends import get_backend
+from worker.bundle import write_bundle
+from worker.policies.base import Call, ChunkPlan, TracedPolicy, TracedProgram
+from worker.stages.events import EventLog
+from worker.stages.trace import write_trace
+
+HEALTH_POLICY = "health-check"
+FRAMES = 4
+
+
+class HealthModel(torch.nn.Module):
+    """A linear layer and a ReLU: enough for the runtime to load a delegate and compute something."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, state: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.proj(state))
+
+
+def traced() -> TracedPolicy:
+    torch.manual_seed(0)
+    model = HealthModel().eval()
+    example = torch.randn(1, 8)
+    plan = ChunkPlan(
+        frame_inputs=("state",),
+        calls=(Call("health", ("state",), ("out",)),),
+        outputs=("out",),
+        constants={},
+    )
+
+    def make_frame(i: int) -> dict[str, torch.Tensor]:
+        return {"state": torch.randn(1, 8, generator=torch.Generator().manual_seed(i))}
+
+    return TracedPolicy(
+        policy=HEALTH_POLICY,
+        programs=[TracedProgram("health", torch.export.export(model, (example,)), ("state",), ("out",))],
+        plan=plan,
+        eager={"health": model},
+        make_frame=make_frame,
+    )
+
+
+def build(out: Path, backend: str) -> Path:
+    """Write the health-check bundle of ``backend`` as ``out`` (replaced) and return it."""
+    from executorch.exir import to_edge_transform_and_lower
+
+    policy = traced()
+    with tempfile.TemporaryDirectory(prefix="health.") as work_name:
+        work = Path(work_name)
+        trace_dir, lowered = work / "trace", work / "lowered"
+        trace_dir.mkdir()
+        lowered.mkdir()
+        log = EventLog(work / "events.jsonl")
+        trace = write_trace(policy, trace_dir, log, FRAMES)
+        log.close()
+        for program in policy.programs:
+            edge = to_edge_transform_and_lower(
+                program.exported, partitioner=[get_backend(backend).make_partitioner()]
+            )
+            (lowered / f"{program.name}.pte").write_bytes(edge.to_executorch().buffer)
+        doc = ResultDocument(policy=HEALTH_POLICY, backend=backend, trace=StageResult(status=StageStatus.OK))
+        bundle = write_bundle(doc, trace, trace_dir, lowered, work / "bundles")
+        if out.exists():
+            shutil.rmtree(out)
+        shutil.copytree(bundle.path, out)
+    return out
+
+
+if __name__ == "__main__":
+    print(build(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "xnnpack"))
