@@ -35,6 +35,7 @@ from typing import Any
 
 import httpx
 
+from coverfarm.periodic import Periodic
 from coverfarm.settings import Settings, get_settings
 from gpu_runner.client import FarmClient, Refused
 from gpu_runner.config import RunnerConfig, load
@@ -80,29 +81,17 @@ def run_bundle_process(
         return document, None
 
 
-class JobBeat:
+def job_beat(client: FarmClient, job_id: int, attempt: int, interval_s: float) -> Periodic:
     """Beats a claimed job every heartbeat interval while its bundle runs."""
 
-    def __init__(self, client: FarmClient, job_id: int, attempt: int, interval_s: float) -> None:
-        self._client, self._job_id, self._attempt, self._interval = client, job_id, attempt, interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"job-beat-{job_id}", daemon=True)
+    def beat() -> None:
+        try:
+            if not client.job_heartbeat(job_id, attempt):
+                log.warning("job %s attempt %s is no longer ours", job_id, attempt)
+        except (Refused, httpx.HTTPError) as error:
+            log.warning("heartbeat of job %s failed: %s", job_id, error)
 
-    def __enter__(self) -> JobBeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                if not self._client.job_heartbeat(self._job_id, self._attempt):
-                    log.warning("job %s attempt %s is no longer ours", self._job_id, self._attempt)
-            except (Refused, httpx.HTTPError) as error:
-                log.warning("heartbeat of job %s failed: %s", self._job_id, error)
+    return Periodic(beat, interval_s, f"job-beat-{job_id}")
 
 
 DONE, RECHECK, REQUEUE = "done", "recheck", "requeue"
@@ -119,7 +108,7 @@ def run_job(client: FarmClient, job_id: int, timing: Timing, work: Path) -> str:
         return REQUEUE if refused.status == NOT_READY or refused.status in UNAUTHORISED else DONE
     attempt, sha = int(claim["attempt"]), str(claim["bundle_sha256"])
     log.info("job %s attempt %s: bundle %s on %s", job_id, attempt, sha, claim["device_class"])
-    with JobBeat(client, job_id, attempt, client.config.heartbeat_interval_s):
+    with job_beat(client, job_id, attempt, client.config.heartbeat_interval_s):
         try:
             bundle = client.fetch(sha, work / "bundles")
         except (Refused, httpx.HTTPError, OSError, tarfile.TarError) as error:

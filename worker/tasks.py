@@ -12,7 +12,6 @@ import importlib
 import logging
 import os
 import socket
-import threading
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,6 +25,7 @@ from celery.signals import worker_ready, worker_shutdown
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from coverfarm.periodic import Periodic
 from coverfarm.queues import LOWER_TASK, LowerMessage, make_celery
 from coverfarm.result import Options, ResultDocument
 from coverfarm.settings import Settings, get_settings
@@ -97,57 +97,34 @@ def _engine(spec: str) -> Analyzer:
     return load_engine(spec)
 
 
-class Heartbeat:
+def job_heartbeat(rt: Runtime, job_id: int, attempt: int, worker: str) -> Periodic:
     """Stamps the running attempt every ``heartbeat_interval_s`` while the engine works, so the
     reconciler can tell a long stage from a dead worker."""
 
-    def __init__(self, rt: Runtime, job_id: int, attempt: int, worker: str) -> None:
-        self._rt, self._job_id, self._attempt, self._worker = rt, job_id, attempt, worker
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{job_id}", daemon=True)
+    def beat() -> None:
+        try:
+            with rt.transaction() as session:
+                alive = jobs.heartbeat(session, job_id, attempt, worker)
+            if not alive:
+                log.warning("job %s attempt %s is no longer ours", job_id, attempt)
+        except Exception:
+            log.exception("heartbeat of job %s failed", job_id)
 
-    def __enter__(self) -> Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._rt.settings.heartbeat_interval_s):
-            try:
-                with self._rt.transaction() as session:
-                    alive = jobs.heartbeat(session, self._job_id, self._attempt, self._worker)
-                if not alive:
-                    log.warning("job %s attempt %s is no longer ours", self._job_id, self._attempt)
-            except Exception:
-                log.exception("heartbeat of job %s failed", self._job_id)
+    return Periodic(beat, rt.settings.heartbeat_interval_s, f"heartbeat-{job_id}")
 
 
-class WorkerBeat:
+def worker_heartbeat(rt: Runtime, worker: str) -> Periodic:
     """The worker's own heartbeat, from its main process whether or not it runs a job, so that the
     reconciler can tell an idle worker from a dead one (and mark the dead one offline)."""
 
-    def __init__(self, rt: Runtime, worker: str) -> None:
-        self._rt, self._worker = rt, worker
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="worker-heartbeat", daemon=True)
+    def beat() -> None:
+        try:
+            with rt.transaction() as session:
+                workers.seen(session, worker)
+        except Exception:
+            log.exception("heartbeat of worker %s failed", worker)
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._rt.settings.heartbeat_interval_s):
-            try:
-                with self._rt.transaction() as session:
-                    workers.seen(session, self._worker)
-            except Exception:
-                log.exception("heartbeat of worker %s failed", self._worker)
+    return Periodic(beat, rt.settings.heartbeat_interval_s, "worker-heartbeat", join_timeout_s=5)
 
 
 def process_running(pid: int) -> bool:
@@ -214,7 +191,7 @@ def run_lower(job_id: int, worker: str, rt: Runtime) -> None:
     out_dir = rt.settings.results_dir / f"job-{job_id}" / f"attempt-{started.attempt}"
     out_dir.mkdir(parents=True, exist_ok=True)
     log.info("job %s attempt %s: %s on %s", job_id, started.attempt, started.policy, started.backend)
-    with Heartbeat(rt, job_id, started.attempt, worker):
+    with job_heartbeat(rt, job_id, started.attempt, worker):
         try:
             analyze = _engine(rt.settings.engine)
             doc = analyze(started.policy, started.backend, started.options, out_dir, _progress(job_id))
@@ -235,7 +212,7 @@ def run_lower(job_id: int, worker: str, rt: Runtime) -> None:
 app = make_celery(get_settings())
 
 
-_beat: WorkerBeat | None = None
+_beat: Periodic | None = None
 
 
 @worker_ready.connect
@@ -244,7 +221,7 @@ def _registered(sender: Any, **_kwargs: Any) -> None:
     queues = sorted(sender.app.amqp.queues.consume_from or sender.app.amqp.queues)
     with runtime().transaction() as session:
         workers.register(session, sender.hostname, queues)
-    _beat = WorkerBeat(runtime(), sender.hostname)
+    _beat = worker_heartbeat(runtime(), sender.hostname)
     _beat.start()
 
 
