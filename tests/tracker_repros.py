@@ -17,3 +17,23 @@ class Blocks(torch.nn.Module):
             a = layer(x)
             x = a * torch.sigmoid(a) + torch.nn.functional.elu(a)
         return x
+
+
+class Fn(torch.nn.Module):
+    """One function of one input as a module: the tracker's one-op repros (elu, log1p, var, ...)."""
+
+    def __init__(self, fn):  # type: ignore[no-untyped-def]
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        return self.fn(x)
+
+
+class Put(torch.nn.Module):
+    """index_put through a boolean-mask write (the tracker's index_put repro)."""
+
+    def forward(self, t: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        y = t.clone()
+        y[idx] = 0.0
+        return y

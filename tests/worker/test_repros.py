@@ -9,28 +9,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from tracker_repros import Fn, Put
 
 from coverfarm.result import Blocker, ResultDocument, StageResult, StageStatus
 from worker.engine import lower
 from worker.repros.script import repro_text
 from worker.repros.verify import judge, run_repros
-
-
-class Fn(torch.nn.Module):
-    def __init__(self, fn):  # type: ignore[no-untyped-def]
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x):  # type: ignore[no-untyped-def]
-        return self.fn(x)
-
-
-class Put(torch.nn.Module):
-    def forward(self, t: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-        y = t.clone()
-        y[idx] = 0.0
-        return y
-
 
 CONV_RUNS = 3  # the conv program runs 3 times per chunk: its heavy math counts 3 times
 

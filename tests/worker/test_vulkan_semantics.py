@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 from lowerhelp import blockers, lower_events
-from tracker_repros import Blocks
+from tracker_repros import Blocks, Fn, Put
 
 from worker.lowering.pattern_cache import cached_pattern_graphs
 
@@ -17,22 +17,6 @@ from worker.lowering.pattern_cache import cached_pattern_graphs
 def pattern_graphs_built_once() -> Iterator[None]:
     with cached_pattern_graphs():
         yield
-
-
-class Fn(torch.nn.Module):
-    def __init__(self, fn):  # type: ignore[no-untyped-def]
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x):  # type: ignore[no-untyped-def]
-        return self.fn(x)
-
-
-class Put(torch.nn.Module):
-    def forward(self, t: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-        y = t.clone()
-        y[idx] = 0.0
-        return y
 
 
 def test_float32_linear_is_taken_whole() -> None:
