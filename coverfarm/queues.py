@@ -17,7 +17,14 @@ QUEUES = (QUEUE_LOWER, QUEUE_LOWER_LONG)
 LOWER_TASK = "coverfarm.lower"
 DEVICE_TASK = "coverfarm.device_run"
 DEVICE_QUEUE_PREFIX = "device."
+BASELINE_QUEUE_PREFIX = "baseline."
 MESSAGE_VERSION = 1
+
+
+def baseline_queue(device_class: str) -> str:
+    """The queue of eager-baseline jobs for ``device_class``, consumed only by runners of the class whose
+    host has torch and lerobot (``baseline.cpu-x86_64-xnnpack``)."""
+    return f"{BASELINE_QUEUE_PREFIX}{device_class}"
 
 
 def device_queue(device_class: str) -> str:
@@ -40,7 +47,7 @@ class DeviceMessage(BaseModel):
     """The one argument of the ``coverfarm.device_run`` task, consumed by device runners.
 
     The runner claims the job over authenticated HTTP before doing anything; the claim, not this
-    message, tells it which bundle to fetch.
+    message, tells it what the job is (run a bundle, or time the eager baseline) and which bundle.
     """
 
     model_config = ConfigDict(frozen=True)

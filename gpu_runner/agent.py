@@ -8,9 +8,11 @@ Three processes, all in the runner's process group:
 - the **consumer** (``python -m gpu_runner.agent consume``), a Celery worker on the queues
   ``device.<class>`` of the runner's classes, one job at a time (solo pool, prefetch 1, acks late). Per
   message it claims the job over HTTP, fetches the bundle, runs it, beats the job and reports the
-  result; the broker message carries only the job id;
+  result; the broker message carries only the job id. On a host with torch and lerobot installed it also
+  consumes ``baseline.<class>``: eager PyTorch timed on this host's CPU, the speed-up's baseline;
 - per bundle, a fresh ``coverfarm runner run-bundle`` process (fresh for timing, and so that a runtime
-  that crashes takes down nothing but itself).
+  that crashes takes down nothing but itself); per baseline, a fresh ``coverfarm baseline`` process,
+  the only one that loads torch, never while a bundle runs (one job at a time).
 
 Everything the runner tells the farm goes through ``gpu_runner.client`` with its credential; it never
 sees the database. None of these modules imports torch; the run-bundle process loads the ExecuTorch
@@ -35,7 +37,9 @@ from typing import Any
 
 import httpx
 
+from coverfarm.baseline import BaselineResult
 from coverfarm.periodic import Periodic
+from coverfarm.result import Options
 from coverfarm.settings import Settings, get_settings
 from gpu_runner.client import FarmClient, Refused
 from gpu_runner.config import RunnerConfig, load
@@ -81,6 +85,35 @@ def run_bundle_process(
         return document, None
 
 
+def baseline_process(
+    policy: str, options: Options, timing: Timing, work: Path
+) -> tuple[dict[str, Any] | None, str | None]:
+    """(baseline document, None) from a fresh ``coverfarm baseline`` process; (None, why) when it gave
+    none (it refused its arguments, say a checkpoint that is not on this host, or it crashed)."""
+    work.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="baseline.", dir=work) as folder:
+        out = Path(folder) / "baseline.json"
+        command = [
+            sys.executable, "-c", CLI, "baseline", "--policy", policy, "--seed", str(options.seed),
+            "--timeout", f"{options.timeout_s:g}", "--warmup", str(timing.warmup),
+            "--iterations", str(timing.iterations), "--out", str(out),
+        ]  # fmt: skip
+        if options.checkpoint:
+            command += ["--checkpoint", options.checkpoint]
+        # Each of its two phases (build, time) is bounded by timeout_s in its own child; this is the backstop.
+        try:
+            done = subprocess.run(
+                command, capture_output=True, text=True, timeout=2 * options.timeout_s + 60, check=False
+            )
+        except subprocess.TimeoutExpired:
+            return None, f"coverfarm baseline did not finish within {2 * options.timeout_s + 60:g} s"
+        if not out.is_file():
+            tail = " ".join(done.stderr.strip().splitlines()[-3:]) or "no output"
+            return None, f"coverfarm baseline exited with status {done.returncode}: {tail}"
+        document: dict[str, Any] = json.loads(out.read_text())
+        return document, None
+
+
 def job_beat(client: FarmClient, job_id: int, attempt: int, interval_s: float) -> Periodic:
     """Beats a claimed job every heartbeat interval while its bundle runs."""
 
@@ -107,6 +140,8 @@ def run_job(client: FarmClient, job_id: int, timing: Timing, work: Path) -> str:
         log.warning("job %s not claimed: %s", job_id, refused)
         return REQUEUE if refused.status == NOT_READY or refused.status in UNAUTHORISED else DONE
     attempt, sha = int(claim["attempt"]), str(claim["bundle_sha256"])
+    if claim.get("kind") == "baseline":
+        return run_baseline_job(client, claim, timing, work)
     log.info("job %s attempt %s: bundle %s on %s", job_id, attempt, sha, claim["device_class"])
     with job_beat(client, job_id, attempt, client.config.heartbeat_interval_s):
         try:
@@ -120,6 +155,25 @@ def run_job(client: FarmClient, job_id: int, timing: Timing, work: Path) -> str:
         client.report(job_id, attempt, document)
     except Refused as refused:
         log.error("result of job %s attempt %s refused: %s", job_id, attempt, refused)
+    return DONE
+
+
+def run_baseline_job(client: FarmClient, claim: dict[str, Any], timing: Timing, work: Path) -> str:
+    """Time the claimed cell's policy in eager PyTorch on this host's CPU and report the document. A
+    baseline that cannot be measured here (its checkpoint is not on this host, the policy fails to build)
+    is reported as a failed baseline with its cause: it says something about the policy, not the host."""
+    job_id, attempt = int(claim["job_id"]), int(claim["attempt"])
+    options = Options.model_validate({**claim["options"], "timeout_s": claim["timeout_s"]})
+    log.info("job %s attempt %s: eager baseline of %s on this host's CPU", job_id, attempt, claim["policy"])
+    with job_beat(client, job_id, attempt, client.config.heartbeat_interval_s):
+        document, why = baseline_process(claim["policy"], options, timing, work)
+    if document is None:
+        failed = BaselineResult(policy=claim["policy"], options=options, frames=1, status="failed", error=why)
+        document = failed.model_dump(mode="json")
+    try:
+        client.report_baseline(job_id, attempt, document)
+    except Refused as refused:
+        log.error("baseline of job %s attempt %s refused: %s", job_id, attempt, refused)
     return DONE
 
 
@@ -226,7 +280,8 @@ def consume(config: RunnerConfig, settings: Settings, timing: Timing) -> None:
     from celery import Task
     from celery.exceptions import Reject
 
-    from coverfarm.queues import DEVICE_TASK, DeviceMessage, device_queue, make_celery
+    from coverfarm.queues import DEVICE_TASK, DeviceMessage, baseline_queue, device_queue, make_celery
+    from gpu_runner.probe import baseline_capability
 
     if settings.broker_url is None and config.broker_url is not None:
         settings = settings.model_copy(update={"broker_url": config.broker_url})
@@ -246,10 +301,17 @@ def consume(config: RunnerConfig, settings: Settings, timing: Timing) -> None:
             raise Reject(f"runner {config.runner_id} may not take job {parsed.job_id} now", requeue=True)
 
     del device_run
+    queues = [device_queue(name) for name in config.device_classes]
+    eager = baseline_capability()
+    if config.baseline and eager.status == "ok":
+        queues += [baseline_queue(name) for name in config.device_classes]
+    else:
+        why = eager.status if eager.status != "ok" else "turned off at registration (--no-baseline)"
+        log.info("no eager-baseline jobs on this host: %s", why)
     app.worker_main(
         [
             "worker",
-            "--queues", ",".join(device_queue(name) for name in config.device_classes),
+            "--queues", ",".join(queues),
             "--concurrency", "1",
             "--pool", "solo",
             "--hostname", f"runner-{config.runner_id}@%h",

@@ -76,6 +76,10 @@ class FarmClient:
     def report(self, job_id: int, attempt: int, result: dict[str, Any]) -> None:
         self._call("POST", f"/api/device-jobs/{job_id}/result", json={"attempt": attempt, "result": result})
 
+    def report_baseline(self, job_id: int, attempt: int, baseline: dict[str, Any]) -> None:
+        body = {"attempt": attempt, "baseline": baseline}
+        self._call("POST", f"/api/device-jobs/{job_id}/baseline", json=body)
+
     def infra_error(self, job_id: int, attempt: int, error: str) -> None:
         self._call(
             "POST", f"/api/device-jobs/{job_id}/infra-error", json={"attempt": attempt, "error": error}

@@ -24,6 +24,7 @@ class RunnerConfig(BaseModel):
     broker_url: str | None = None  # None: the embedded default's filesystem broker in COVERFARM_HOME
     heartbeat_interval_s: float = 15.0
     device_timeout_s: float = 900.0
+    baseline: bool = True  # takes eager-baseline jobs when torch and lerobot are installed (register's probe)
 
     @property
     def secret(self) -> str:

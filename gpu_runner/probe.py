@@ -5,11 +5,13 @@ asked through its ``backend_registry``, and a native ``executor_runner`` binary 
 whose backends are the registration names linked into it (gpu_runner/native_runtime.py). The device
 classes a runner offers follow from both: ``cpu-<arch>-xnnpack`` when either has XnnpackBackend,
 ``<gpu>-vulkan`` (``mali-g610-vulkan``, ``h100-vulkan``, ``llvmpipe-vulkan``) for each Vulkan device only
-when either has VulkanBackend: a GPU no runtime can use is no device class.
+when either has VulkanBackend: a GPU no runtime can use is no device class. Apart from the classes, a
+host with torch and lerobot installed takes eager-baseline jobs (``baseline_capability``).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import platform
 import re
@@ -20,6 +22,7 @@ from pathlib import Path
 from gpu_runner import native_runtime, runtime
 from gpu_runner.result import (
     Board,
+    EagerBaseline,
     ExecutorchInfo,
     NativeRuntimeInfo,
     ProbeReport,
@@ -222,6 +225,22 @@ def device_classes(
     return classes, not_offered
 
 
+def _installed(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def baseline_capability() -> EagerBaseline:
+    """Whether this host can run eager-baseline jobs, from installed package metadata (nothing imported:
+    the runner itself never loads torch; a baseline job runs in a process of its own)."""
+    torch, lerobot = _installed("torch"), _installed("lerobot")
+    missing = [name for name, version in (("torch", torch), ("lerobot", lerobot)) if version is None]
+    status = "ok" if not missing else f"{' and '.join(missing)} not installed on this host"
+    return EagerBaseline(torch=torch, lerobot=lerobot, status=status)
+
+
 def probe(*, python_runtime: bool = True, executor_runner: Path | None = None) -> ProbeReport:
     """The host; ``python_runtime=False`` leaves the Python runtime unloaded (a native-runtime run)."""
     host = board()
@@ -235,6 +254,7 @@ def probe(*, python_runtime: bool = True, executor_runner: Path | None = None) -
         vulkan_status=vulkan_status,
         executorch=info,
         native_runtime=native,
+        baseline=baseline_capability(),
         thermal_zones=thermal_zones(),
         device_classes=classes,
         not_offered=not_offered,
@@ -268,6 +288,13 @@ def describe(report: ProbeReport) -> str:
             )
     else:
         lines.append(f"vulkan:       {report.vulkan_status}")
+    if report.baseline is not None:
+        eager = report.baseline
+        lines.append(
+            f"baseline:     eager PyTorch {eager.torch}, lerobot {eager.lerobot}"
+            if eager.status == "ok"
+            else f"baseline:     none ({eager.status})"
+        )
     temps = [f"{z.type or z.name} {z.temp_c:.0f}°C" for z in report.thermal_zones if z.temp_c is not None]
     lines.append(f"thermal:      {', '.join(temps) if temps else 'no thermal zones'}")
     lines.append(f"classes:      {', '.join(report.device_classes) or 'none'}")

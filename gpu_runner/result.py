@@ -52,6 +52,15 @@ class NativeRuntimeInfo(BaseModel):
     bundle_io: bool = False  # built with bundled IO (--bundleio_rtol/--bundleio_atol)
 
 
+class EagerBaseline(BaseModel):
+    """Whether this host can time the eager-PyTorch baseline (a separate job, in its own process): it
+    needs torch and lerobot installed; their versions are read from package metadata, never imported."""
+
+    torch: str | None = None
+    lerobot: str | None = None
+    status: str  # "ok", or why the host takes no baseline jobs
+
+
 class ThermalZone(BaseModel):
     name: str
     type: str | None = None
@@ -64,6 +73,7 @@ class ProbeReport(BaseModel):
     vulkan_status: str  # "ok", or why there are none ("vulkaninfo not installed", "no device", ...)
     executorch: ExecutorchInfo  # the Python runtime (executorch.runtime)
     native_runtime: NativeRuntimeInfo | None = None
+    baseline: EagerBaseline | None = None  # None: probed before baselines were asked about
     thermal_zones: list[ThermalZone] = Field(default_factory=list)
     device_classes: list[str] = Field(default_factory=list)
     not_offered: dict[str, str] = Field(default_factory=dict)  # backend -> one line saying why no class

@@ -106,14 +106,20 @@ class Cell(Base):
     jobs: Mapped[list[Job]] = relationship(back_populates="cell", order_by="Job.id")
 
 
+# Device jobs' stages: "run:<device class>" runs a bundle, "baseline:<device class>" times eager PyTorch on
+# a host of that class. Every other stage is a CPU stage of the cell ("lower", "lower.long").
+DEVICE_STAGE_PREFIXES = ("run:", "baseline:")
+
+
 class Job(Base):
     __tablename__ = "jobs"
-    # A cell has one job per stage: the first "lower" and at most one re-run on "lower.long".
+    # A cell has one job per stage: the first "lower", at most one re-run on "lower.long", and one job
+    # per device class and kind.
     __table_args__ = (UniqueConstraint("cell_id", "stage"), Index("ix_jobs_status", "status"))
 
     id: Mapped[int] = mapped_column(primary_key=True)
     cell_id: Mapped[int] = mapped_column(ForeignKey("cells.id", ondelete="CASCADE"), index=True)
-    stage: Mapped[str] = mapped_column(String(64))  # "lower", "lower.long", "run:<device class>"
+    stage: Mapped[str] = mapped_column(String(64))  # "lower", "lower.long", "run:…", "baseline:…"
     queue: Mapped[str] = mapped_column(String(64))
     timeout_s: Mapped[float] = mapped_column(Float)
     status: Mapped[JobStatus] = mapped_column(JobStatusType, default=JobStatus.QUEUED)
@@ -262,6 +268,28 @@ class DeviceRun(Base):
     error: Mapped[str | None] = mapped_column(Text)
     bundle_sha256: Mapped[str] = mapped_column(String(64))
     document: Mapped[dict[str, Any]] = mapped_column(JSONType)  # gpu_runner.result.DeviceResult
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class DeviceBaseline(Base):
+    """Eager PyTorch timed on the CPU of a host of one device class, for one cell's policy and options:
+    the baseline of that class's speed-up. From a baseline job; one row per (cell, class), replaced by a
+    retried attempt."""
+
+    __tablename__ = "device_baselines"
+    __table_args__ = (UniqueConstraint("cell_id", "device_class"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    cell_id: Mapped[int] = mapped_column(ForeignKey("cells.id", ondelete="CASCADE"), index=True)
+    device_class: Mapped[str] = mapped_column(String(64))
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
+    runner_id: Mapped[int | None] = mapped_column(ForeignKey("runners.id", ondelete="SET NULL"))
+    attempt: Mapped[int | None] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16))  # BaselineResult.status
+    median_ms: Mapped[float | None] = mapped_column(Float)
+    error: Mapped[str | None] = mapped_column(Text)
+    document: Mapped[dict[str, Any]] = mapped_column(JSONType)  # coverfarm.baseline.BaselineResult
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 

@@ -33,6 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--timeout", type=float, default=900.0, help="bound of each phase, seconds (900)")
     parser.add_argument("--json", action="store_true", help="print the baseline document as JSON")
+    parser.add_argument("--out", type=Path, help="also write the baseline document (JSON) to this file")
     parser.set_defaults(func=run)
 
 
@@ -70,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
         iterations=args.iterations,
         progress=lambda message: print(message, file=sys.stderr, flush=True),
     )
+    if args.out is not None:
+        args.out.write_text(result.model_dump_json(indent=2) + "\n")
     if args.json:
         print(result.model_dump_json(indent=2))
     elif result.latency is not None:

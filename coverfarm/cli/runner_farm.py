@@ -35,6 +35,11 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "--token", required=True, help="a one-time enrolment token (`coverfarm token create`)"
     )
     register.add_argument("--name", default=socket.gethostname(), help="the runner's name (the host name)")
+    register.add_argument(
+        "--no-baseline",
+        action="store_true",
+        help="take no eager-PyTorch baseline jobs, even with torch and lerobot installed here",
+    )
     _config_option(register)
     register.set_defaults(func=run_register)
 
@@ -69,8 +74,12 @@ def config_path(args: argparse.Namespace) -> Path:
 def run_register(args: argparse.Namespace) -> int:
     from gpu_runner.config import RunnerConfig, save
     from gpu_runner.probe import probe
+    from gpu_runner.result import EagerBaseline
 
     report = probe()
+    if args.no_baseline and report.baseline is not None:
+        off = EagerBaseline(status="turned off at registration (--no-baseline)")
+        report = report.model_copy(update={"baseline": off})
     if not report.device_classes:
         why = "; ".join(f"{k}: {v}" for k, v in report.not_offered.items()) or "no runtime backend"
         raise UserError(f"this host offers no device class ({why})")
@@ -86,6 +95,7 @@ def run_register(args: argparse.Namespace) -> int:
         broker_url=enrolled["broker_url"],
         heartbeat_interval_s=enrolled["heartbeat_interval_s"],
         device_timeout_s=enrolled["device_timeout_s"],
+        baseline=report.baseline is not None and report.baseline.status == "ok",
     )
     path = config_path(args)
     save(config, path)

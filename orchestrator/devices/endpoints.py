@@ -16,6 +16,7 @@ from orchestrator.devices.errors import Missing, Unprocessable
 from orchestrator.devices.schemas import (
     Alive,
     AttemptRef,
+    BaselineReport,
     Claim,
     Enrol,
     Enrolled,
@@ -102,6 +103,12 @@ def job_heartbeat(job_id: int, body: AttemptRef, runner: RunnerDep, session: Ses
 @router.post("/device-jobs/{job_id}/result", status_code=status.HTTP_204_NO_CONTENT)
 def report(job_id: int, body: RunReport, runner: RunnerDep, session: SessionDep) -> None:
     runs.report(session, runner, job_id, body)
+
+
+@router.post("/device-jobs/{job_id}/baseline", status_code=status.HTTP_204_NO_CONTENT)
+def report_baseline(job_id: int, body: BaselineReport, runner: RunnerDep, session: SessionDep) -> None:
+    """A baseline job's document: eager PyTorch timed on the CPU of the runner's host."""
+    runs.report_baseline(session, runner, job_id, body)
 
 
 @router.post("/device-jobs/{job_id}/infra-error", status_code=status.HTTP_204_NO_CONTENT)

@@ -1,7 +1,8 @@
 """The device columns of a sweep, as the tracker writes them: ``device_cells(session, sweep)``.
 
 Per (policy, backend) and per device class of the sweep: "✓ 12.3 ms" (the median per action chunk, with
-"(4.1×)" when the result carries the eager CPU baseline), "❌ cause", "⏳" while the bundle or its run is
+"(4.1×)" once the eager-PyTorch baseline timed on that class's host CPU is stored: its median over the
+device's), "❌ cause", "⏳" while the bundle or its run is
 on the way, "no device" when no runner of that class is enrolled, "-" where the class does not run the
 cell's backend or the cell has no bundle to run.
 """
@@ -13,7 +14,7 @@ from sqlalchemy.orm import Session
 from coverfarm import device_classes
 from orchestrator.devices import repository
 from orchestrator.jobs.service import device_class_of, device_stage
-from orchestrator.models import PENDING_STATUSES, Cell, DeviceRun, JobStatus, Sweep
+from orchestrator.models import PENDING_STATUSES, Cell, DeviceBaseline, DeviceRun, JobStatus, Sweep
 
 DONE = "✓"
 FAILED = "❌"
@@ -22,24 +23,25 @@ NO_DEVICE = "no device"
 NOT_APPLICABLE = "-"
 
 
-def run_text(run: DeviceRun) -> str:
+def run_text(run: DeviceRun, baseline: DeviceBaseline | None = None) -> str:
     if run.status == "ok":
         if run.median_ms is None:
             return DONE
         text = f"{DONE} {run.median_ms:.3g} ms" if run.median_ms < 100 else f"{DONE} {run.median_ms:.0f} ms"
-        baseline = (run.document.get("baseline") or {}).get("median_ms")
-        if isinstance(baseline, int | float) and run.median_ms > 0:
-            text += f" ({baseline / run.median_ms:.1f}×)"
+        if baseline is not None and baseline.status == "ok" and baseline.median_ms and run.median_ms > 0:
+            text += f" ({baseline.median_ms / run.median_ms:.1f}×)"
         return text
     cause = (run.error or "failed").strip().splitlines()[0]
     return f"{FAILED} {cause}"
 
 
-def _cell_text(cell: Cell, device_class: str, run: DeviceRun | None, enrolled: set[str]) -> str:
+def _cell_text(
+    cell: Cell, device_class: str, run: DeviceRun | None, baseline: DeviceBaseline | None, enrolled: set[str]
+) -> str:
     if device_classes.backend_of(device_class) != cell.backend:
         return NOT_APPLICABLE
     if run is not None:
-        return run_text(run)
+        return run_text(run, baseline)
     device_job = next((job for job in cell.jobs if job.stage == device_stage(device_class)), None)
     cpu_jobs = [job for job in cell.jobs if device_class_of(job) is None]
     if device_job is None and (not cpu_jobs or cpu_jobs[-1].status in PENDING_STATUSES):
@@ -62,10 +64,13 @@ def device_cells(session: Session, sweep: Sweep) -> dict[tuple[str, str], dict[s
         (run.cell_id, run.device_class): run
         for run in repository.runs_of_cells(session, [c.id for c in sweep.cells])
     }
+    cell_ids = [c.id for c in sweep.cells]
+    baselines = {(b.cell_id, b.device_class): b for b in repository.baselines_of_cells(session, cell_ids)}
     enrolled = repository.enrolled_classes(session)
     return {
         (cell.policy, cell.backend): {
-            name: _cell_text(cell, name, runs.get((cell.id, name)), enrolled) for name in sweep.device_classes
+            name: _cell_text(cell, name, runs.get((cell.id, name)), baselines.get((cell.id, name)), enrolled)
+            for name in sweep.device_classes
         }
         for cell in sweep.cells
     }

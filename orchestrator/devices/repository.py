@@ -1,4 +1,4 @@
-"""Every query on runners, enrolment tokens and device runs."""
+"""Every query on runners, enrolment tokens, device runs and device baselines."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.models import (
     Cell,
+    DeviceBaseline,
     DeviceRun,
     EnrolmentToken,
     Job,
@@ -57,19 +58,48 @@ def enrolled_classes(session: Session) -> set[str]:
     return {name for classes in rows for name in classes}
 
 
-def upsert_run(session: Session, values: dict[str, Any]) -> None:
-    """Insert or replace the device run of (cell, class): a retry or a second import replaces it."""
+def baseline_classes(session: Session) -> set[str]:
+    """Device classes some runner that is not revoked serves on a host that can time eager baselines
+    (its probe found torch and lerobot installed)."""
+    rows = session.execute(
+        select(Runner.device_classes, Runner.probe).where(Runner.state != RunnerState.REVOKED.value)
+    )
+    return {
+        name
+        for classes, probe in rows
+        if ((probe or {}).get("baseline") or {}).get("status") == "ok"
+        for name in classes
+    }
+
+
+def _upsert(session: Session, table: type[DeviceRun] | type[DeviceBaseline], values: dict[str, Any]) -> None:
     insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
-    statement = insert(DeviceRun).values(**values, created_at=utcnow(), updated_at=utcnow())
+    statement = insert(table).values(**values, created_at=utcnow(), updated_at=utcnow())
     keys = ("cell_id", "device_class")
     replace = {key: statement.excluded[key] for key in (*values, "updated_at") if key not in keys}
     session.execute(statement.on_conflict_do_update(index_elements=list(keys), set_=replace))
+
+
+def upsert_run(session: Session, values: dict[str, Any]) -> None:
+    """Insert or replace the device run of (cell, class): a retry or a second import replaces it."""
+    _upsert(session, DeviceRun, values)
+
+
+def upsert_baseline(session: Session, values: dict[str, Any]) -> None:
+    """Insert or replace the eager baseline of (cell, class): a retried attempt replaces it."""
+    _upsert(session, DeviceBaseline, values)
 
 
 def runs_of_cells(session: Session, cell_ids: Sequence[int]) -> Sequence[DeviceRun]:
     if not cell_ids:
         return []
     return session.scalars(select(DeviceRun).where(DeviceRun.cell_id.in_(cell_ids))).all()
+
+
+def baselines_of_cells(session: Session, cell_ids: Sequence[int]) -> Sequence[DeviceBaseline]:
+    if not cell_ids:
+        return []
+    return session.scalars(select(DeviceBaseline).where(DeviceBaseline.cell_id.in_(cell_ids))).all()
 
 
 def cells_with_bundle(session: Session, sha256: str) -> Sequence[Cell]:

@@ -1,8 +1,11 @@
 """Device jobs over authenticated HTTP (claim, heartbeat, result, infrastructure error) and offline imports.
 
-A runner may only report on a job it claimed: the job row names the runner holding its current attempt,
-and anything else is refused before anything is written. The device result of a (cell, device class) is
-one row, upserted, so a retried attempt or a repeated import replaces it and never duplicates it.
+Two kinds of device job: a bundle run (stage ``run:<class>``), whose result is a device result, and an
+eager baseline (stage ``baseline:<class>``), eager PyTorch timed on the CPU of a host of that class,
+whose result is a baseline document. A runner may only report on a job it claimed: the job row names the
+runner holding its current attempt, and anything else is refused before anything is written. Each result
+of a (cell, device class) is one row, upserted, so a retried attempt or a repeated import replaces it and
+never duplicates it.
 """
 
 from __future__ import annotations
@@ -13,11 +16,12 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from coverfarm import device_classes, signing
+from coverfarm.baseline import BaselineResult
 from coverfarm.settings import Settings
 from gpu_runner.result import DeviceResult
 from orchestrator.devices import repository, service
 from orchestrator.devices.errors import Conflict, Forbidden, Unprocessable
-from orchestrator.devices.schemas import Alive, Claim, Imported, InfraError, RunReport
+from orchestrator.devices.schemas import Alive, BaselineReport, Claim, Imported, InfraError, RunReport
 from orchestrator.jobs import service as jobs
 from orchestrator.jobs.transitions import lock_job
 from orchestrator.models import Job, JobStatus, Runner, RunnerState
@@ -54,8 +58,11 @@ def claim(session: Session, runner: Runner, job_id: int, settings: Settings) -> 
         job_id=job_id,
         attempt=started.attempt,
         device_class=device_class,
+        kind="baseline" if jobs.is_baseline(job) else "run",
         bundle_sha256=sha,
         timeout_s=job.timeout_s,
+        policy=started.policy,
+        options=started.options.model_dump(mode="json"),
     )
 
 
@@ -109,6 +116,10 @@ def _store(
 
 def report(session: Session, runner: Runner, job_id: int, body: RunReport) -> None:
     job = _own_attempt(session, runner, job_id, body.attempt)
+    if jobs.is_baseline(job):
+        raise Unprocessable(
+            f"job {job_id} times the eager baseline: report it to /device-jobs/{job_id}/baseline"
+        )
     device_class = jobs.device_class_of(job)
     assert device_class is not None
     expected = repository.bundle_of_cell(session, job.cell_id)
@@ -136,6 +147,41 @@ def report(session: Session, runner: Runner, job_id: int, body: RunReport) -> No
         jobs.end(
             session, job, JobStatus.FAILED, f"attempt {body.attempt} on runner {runner.id}: {error}", error
         )
+
+
+BASELINE_STATUS = {"ok": JobStatus.OK, "slow": JobStatus.SLOW, "failed": JobStatus.FAILED}
+
+
+def report_baseline(session: Session, runner: Runner, job_id: int, body: BaselineReport) -> None:
+    """Store a baseline job's document as the eager baseline of its (cell, device class)."""
+    job = _own_attempt(session, runner, job_id, body.attempt)
+    if not jobs.is_baseline(job):
+        raise Unprocessable(f"job {job_id} runs a bundle: report it to /device-jobs/{job_id}/result")
+    device_class = jobs.device_class_of(job)
+    assert device_class is not None
+    baseline: BaselineResult = body.baseline
+    if baseline.policy != job.cell.policy:
+        raise Unprocessable(
+            f"the baseline is of policy {baseline.policy}; job {job_id} times {job.cell.policy}"
+        )
+    repository.upsert_baseline(
+        session,
+        {
+            "cell_id": job.cell_id,
+            "device_class": device_class,
+            "job_id": job.id,
+            "runner_id": runner.id,
+            "attempt": body.attempt,
+            "status": baseline.status,
+            "median_ms": baseline.latency.median_ms if baseline.latency else None,
+            "error": baseline.error,
+            "document": baseline.model_dump(mode="json"),
+        },
+    )
+    to = BASELINE_STATUS[baseline.status]
+    error = None if to is JobStatus.OK else (baseline.error or f"baseline {baseline.status} without a cause")
+    reason = f"attempt {body.attempt} on runner {runner.id} stored its baseline ({baseline.status})"
+    jobs.end(session, job, to, reason, error)
 
 
 def infra_error(session: Session, runner: Runner, job_id: int, body: InfraError, settings: Settings) -> None:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from coverfarm.baseline import BaselineResult
 from gpu_runner.result import DeviceResult, ProbeReport
 from orchestrator.models import RunnerState
 
@@ -78,8 +79,11 @@ class Claim(BaseModel):
     job_id: int
     attempt: int
     device_class: str
+    kind: Literal["run", "baseline"] = "run"  # run the bundle, or time eager PyTorch on the host's CPU
     bundle_sha256: str
     timeout_s: float
+    policy: str
+    options: dict[str, Any]  # the cell's coverfarm.result.Options: a baseline builds the policy with them
 
 
 class AttemptRef(BaseModel):
@@ -90,6 +94,10 @@ class AttemptRef(BaseModel):
 
 class RunReport(AttemptRef):
     result: DeviceResult
+
+
+class BaselineReport(AttemptRef):
+    baseline: BaselineResult
 
 
 class InfraError(AttemptRef):

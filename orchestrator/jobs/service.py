@@ -16,21 +16,22 @@ from datetime import timedelta
 from sqlalchemy.orm import Session
 
 from coverfarm import device_classes
-from coverfarm.queues import QUEUE_LOWER_LONG, DeviceMessage, LowerMessage, device_queue
+from coverfarm.queues import QUEUE_LOWER_LONG, DeviceMessage, LowerMessage, baseline_queue, device_queue
 from coverfarm.result import Options, ResultDocument, StageStatus
 from coverfarm.settings import Settings
 from orchestrator.artifacts import repository as artifacts
 from orchestrator.db import Outgoing, enqueue_after_commit
+from orchestrator.devices.repository import baseline_classes
 from orchestrator.jobs import repository
 from orchestrator.jobs.transitions import TERMINAL, lock_job, transition
-from orchestrator.models import Cell, Job, JobAttempt, JobStatus, utcnow
+from orchestrator.models import DEVICE_STAGE_PREFIXES, Cell, Job, JobAttempt, JobStatus, utcnow
 from orchestrator.workers import service as workers
 
 log = logging.getLogger(__name__)
 
 STAGE_LOWER = "lower"
 STAGE_LOWER_LONG = "lower.long"
-DEVICE_STAGE_PREFIX = "run:"
+DEVICE_STAGE_PREFIX, BASELINE_STAGE_PREFIX = DEVICE_STAGE_PREFIXES
 DOC_STATUS = {
     StageStatus.OK: JobStatus.OK,
     StageStatus.SLOW: JobStatus.SLOW,
@@ -63,9 +64,21 @@ def device_stage(device_class: str) -> str:
     return f"{DEVICE_STAGE_PREFIX}{device_class}"
 
 
+def baseline_stage(device_class: str) -> str:
+    return f"{BASELINE_STAGE_PREFIX}{device_class}"
+
+
 def device_class_of(job: Job) -> str | None:
-    """The device class a device job runs on; None for a CPU stage."""
-    return job.stage.removeprefix(DEVICE_STAGE_PREFIX) if job.stage.startswith(DEVICE_STAGE_PREFIX) else None
+    """The device class a device job (a bundle run or its eager baseline) runs on; None for a CPU stage."""
+    for prefix in DEVICE_STAGE_PREFIXES:
+        if job.stage.startswith(prefix):
+            return job.stage.removeprefix(prefix)
+    return None
+
+
+def is_baseline(job: Job) -> bool:
+    """Whether the job times eager PyTorch on a device class's host rather than running the bundle."""
+    return job.stage.startswith(BASELINE_STAGE_PREFIX)
 
 
 def _send(session: Session, job: Job) -> None:
@@ -80,13 +93,17 @@ def _send(session: Session, job: Job) -> None:
 
 
 def create_device_jobs(session: Session, cell: Cell, settings: Settings) -> list[Job]:
-    """One device job per device class of the cell's sweep that runs the cell's backend."""
+    """One device job per device class of the cell's sweep that runs the cell's backend, and beside it a
+    baseline job (eager PyTorch on that class's host CPU) when a runner of the class can time one."""
     created = []
+    timers = baseline_classes(session)
     for name in cell.sweep.device_classes:
-        if device_classes.backend_of(name) == cell.backend:
-            created.append(
-                create(session, cell, device_stage(name), device_queue(name), settings.device_timeout_s)
-            )
+        if device_classes.backend_of(name) != cell.backend:
+            continue
+        timeout = settings.device_timeout_s
+        created.append(create(session, cell, device_stage(name), device_queue(name), timeout))
+        if name in timers:
+            created.append(create(session, cell, baseline_stage(name), baseline_queue(name), timeout))
     return created
 
 

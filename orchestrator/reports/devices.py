@@ -39,12 +39,16 @@ def device_columns(session: Session, sweep: Sweep) -> DeviceColumns | None:
     return None
 
 
-def _runs(session: Session, sweep: Sweep) -> Sequence[Any]:
-    runs_of_cells = getattr(_module("orchestrator.devices.repository"), "runs_of_cells", None)
-    if runs_of_cells is None:
+def _rows(session: Session, sweep: Sweep, query: str) -> Sequence[Any]:
+    of_cells = getattr(_module("orchestrator.devices.repository"), query, None)
+    if of_cells is None:
         return []
-    runs: Sequence[Any] = runs_of_cells(session, [cell.id for cell in sweep.cells])
-    return runs
+    rows: Sequence[Any] = of_cells(session, [cell.id for cell in sweep.cells])
+    return rows
+
+
+def _runs(session: Session, sweep: Sweep) -> Sequence[Any]:
+    return _rows(session, sweep, "runs_of_cells")
 
 
 def device_samples(session: Session, sweep: Sweep) -> Samples:
@@ -61,8 +65,18 @@ def device_samples(session: Session, sweep: Sweep) -> Samples:
 
 def device_runtimes(session: Session, sweep: Sweep, backend: str) -> list[str]:
     """One line per device class that ran the backend's bundles: the board and the runtime build its
-    runner probed (ExecuTorch version and registered backends, the native runner when configured)."""
+    runner probed (ExecuTorch version and registered backends, the native runner when configured), and
+    the torch build and threads of the eager baseline the speed-ups divide."""
     by_id = {cell.id: cell for cell in sweep.cells}
+    eager: dict[str, str] = {}
+    for baseline in _rows(session, sweep, "baselines_of_cells"):
+        document = baseline.document or {}
+        if baseline.status == "ok" and by_id[baseline.cell_id].backend == backend:
+            eager.setdefault(
+                baseline.device_class,
+                f"eager baseline: PyTorch {document.get('torch_version')} on "
+                f"{document.get('threads')} CPU threads of a {baseline.device_class} host",
+            )
     lines: dict[str, str] = {}
     for run in _runs(session, sweep):
         if by_id[run.cell_id].backend != backend or run.device_class in lines:
@@ -77,5 +91,7 @@ def device_runtimes(session: Session, sweep: Sweep, backend: str) -> list[str]:
         native = probe.get("native_runtime") or {}
         if native.get("path") and native.get("status") == "ok":
             parts.append(f"native runner {native['path']}")
+        if run.device_class in eager:
+            parts.append(eager[run.device_class])
         lines[run.device_class] = f"{run.device_class}: {'; '.join(parts)}"
     return [lines[name] for name in sorted(lines)]

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import case, func, select
+from sqlalchemy import case, func, or_, select
 from sqlalchemy.orm import Session, selectinload
 
-from orchestrator.models import PENDING_STATUSES, Cell, Job, JobStatus, Sweep
+from orchestrator.models import DEVICE_STAGE_PREFIXES, PENDING_STATUSES, Cell, Job, JobStatus, Sweep
 
 _CELL_TREE = selectinload(Cell.jobs).selectinload(Job.result)
 
@@ -48,6 +48,7 @@ def tally(session: Session, sweep_ids: Sequence[int]) -> dict[int, SweepTally]:
     tallies = {sweep_id: SweepTally() for sweep_id in sweep_ids}
     if not sweep_ids:
         return tallies
+    device_stage = or_(*(Job.stage.startswith(prefix) for prefix in DEVICE_STAGE_PREFIXES))
     per_cell = (
         select(
             Cell.id.label("cell_id"),
@@ -55,8 +56,8 @@ def tally(session: Session, sweep_ids: Sequence[int]) -> dict[int, SweepTally]:
             func.max(Job.id).label("latest"),
             func.max(case((Job.status == JobStatus.SLOW, 1), else_=0)).label("any_slow"),
         )
-        # Device jobs ("run:<class>") have their own columns; they keep the sweep running (below).
-        .outerjoin(Job, (Job.cell_id == Cell.id) & Job.stage.not_like("run:%"))
+        # Device jobs have their own columns; they keep the sweep running (below).
+        .outerjoin(Job, (Job.cell_id == Cell.id) & ~device_stage)
         .where(Cell.sweep_id.in_(sweep_ids))
         .group_by(Cell.id, Cell.sweep_id)
         .subquery()
@@ -80,7 +81,7 @@ def tally(session: Session, sweep_ids: Sequence[int]) -> dict[int, SweepTally]:
         .join(Job, Job.cell_id == Cell.id)
         .where(
             Cell.sweep_id.in_(sweep_ids),
-            Job.stage.like("run:%"),
+            device_stage,
             Job.status.in_([s.value for s in PENDING_STATUSES]),
         )
         .group_by(Cell.sweep_id)

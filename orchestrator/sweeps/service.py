@@ -15,7 +15,7 @@ from orchestrator.errors import Invalid, NotFound
 from orchestrator.events.repository import emit
 from orchestrator.jobs import service as jobs
 from orchestrator.jobs.repository import pending_of_sweep
-from orchestrator.models import PENDING_STATUSES, Cell, JobStatus, Sweep, utcnow
+from orchestrator.models import DEVICE_STAGE_PREFIXES, PENDING_STATUSES, Cell, JobStatus, Sweep, utcnow
 from orchestrator.sweeps import repository
 from orchestrator.sweeps.schemas import (
     CellPublic,
@@ -156,7 +156,10 @@ def cell_view(cell: Cell) -> CellPublic:
 def _summary_fields(sweep: Sweep, cells: list[CellPublic]) -> dict[str, Any]:
     counts = Counter(cell.state.value for cell in cells)
     device_pending = any(
-        job.status in PENDING_STATUSES for cell in cells for job in cell.jobs if job.stage.startswith("run:")
+        job.status in PENDING_STATUSES
+        for cell in cells
+        for job in cell.jobs
+        if job.stage.startswith(DEVICE_STAGE_PREFIXES)
     )
     if sweep.cancelled_at is not None:
         state = "cancelled"

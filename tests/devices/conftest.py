@@ -191,7 +191,8 @@ def api(server: str) -> Iterator[httpx.Client]:
 def register_runner(
     farm_env: dict[str, str], server: str, api: httpx.Client, tmp_path: Path
 ) -> Callable[[str], Path]:
-    """Enrol a runner with a real one-time token; returns its credential file."""
+    """Enrol a runner with a real one-time token; returns its credential file. It takes no eager-baseline
+    jobs: these tests' bundles come from a stand-in engine (test_farm_real_act.py times the real one)."""
 
     def register(name: str) -> Path:
         token = run_cli(farm_env, "token", "create", "--url", server, "--token", TOKEN)
@@ -199,7 +200,7 @@ def register_runner(
         config = tmp_path / f"{name}.json"
         done = run_cli(
             farm_env, "runner", "register", "--url", server, "--token", token.stdout.strip(),
-            "--name", name, "--config", str(config),
+            "--name", name, "--config", str(config), "--no-baseline",
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         return config

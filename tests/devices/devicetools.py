@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from coverfarm.result import Bundle, Options, ResultDocument, StageResult, StageStatus
 from coverfarm.settings import Settings
-from gpu_runner.result import Board, DeviceResult, ExecutorchInfo, LatencyStats, ProbeReport
+from gpu_runner.result import Board, DeviceResult, EagerBaseline, ExecutorchInfo, LatencyStats, ProbeReport
 from orchestrator.artifacts import repository as artifacts
 from orchestrator.artifacts.store import ArtifactStore
 from orchestrator.jobs import service as jobs
@@ -20,19 +20,23 @@ from orchestrator.models import Job
 CLASS = "cpu-x86_64-xnnpack"
 
 
-def probe(classes: list[str] | None = None) -> dict[str, Any]:
+def probe(classes: list[str] | None = None, baseline: bool = False) -> dict[str, Any]:
     report = ProbeReport(
         board=Board(cores=2, arch="x86_64"),
         vulkan_status="vulkaninfo not installed",
         executorch=ExecutorchInfo(version="1.5.1", registered_backends=["XnnpackBackend"]),
+        baseline=EagerBaseline(torch="2.14.1", lerobot="0.6.1", status="ok") if baseline else None,
         device_classes=[CLASS] if classes is None else classes,
     )
     return report.model_dump(mode="json")
 
 
-def enrol(client: TestClient, admin: dict[str, str], name: str = "board") -> tuple[int, dict[str, str]]:
+def enrol(
+    client: TestClient, admin: dict[str, str], name: str = "board", baseline: bool = False
+) -> tuple[int, dict[str, str]]:
     token = client.post("/api/enrolment-tokens", headers=admin, json={}).json()["token"]
-    response = client.post("/api/runners/enrol", json={"token": token, "name": name, "probe": probe()})
+    body = {"token": token, "name": name, "probe": probe(baseline=baseline)}
+    response = client.post("/api/runners/enrol", json=body)
     assert response.status_code == 201, response.text
     enrolled = response.json()
     return enrolled["runner_id"], {"Authorization": f"Bearer {enrolled['credential']}"}

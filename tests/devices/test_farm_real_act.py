@@ -1,5 +1,6 @@
-"""End to end with the real engine: act on XNNPACK through the farm to a ✓ with its latency and
-correctness figures, run by a runner enrolled with a real token. Its own redis-server and orchestrator
+"""End to end with the real engine: act on XNNPACK through the farm to a ✓ with its latency, correctness
+figures and speed-up over eager PyTorch timed by a baseline job on the same host, run by a runner
+enrolled with a real token. Its own redis-server and orchestrator
 (on the session's database), so only the real-engine worker takes its lower job."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.devices.grid import device_cells
-from orchestrator.models import DeviceRun, Sweep
+from orchestrator.models import DeviceBaseline, DeviceRun, Sweep
 
 CLASS = f"cpu-{os.uname().machine}-xnnpack"
 
@@ -84,7 +85,16 @@ def test_act_on_xnnpack_through_the_farm_to_a_device_tick(
         assert sweep is not None
         text = device_cells(session, sweep)[("act", "xnnpack")][CLASS]
         run = session.scalars(select(DeviceRun).where(DeviceRun.cell_id == sweep.cells[0].id)).one()
-    assert text.startswith("✓ ") and text.endswith(" ms"), (text, report)
+        baseline = session.scalars(
+            select(DeviceBaseline).where(DeviceBaseline.cell_id == sweep.cells[0].id)
+        ).one()
+    assert baseline.status == "ok" and baseline.median_ms is not None, baseline.error
+    assert baseline.device_class == CLASS and baseline.document["policy"] == "act"
+    assert baseline.document["latency"]["iterations"] == 20  # the runner's own timing, as for the bundle
+    assert run.median_ms is not None
+    speedup = f"({baseline.median_ms / run.median_ms:.1f}×)"
+    assert text.startswith("✓ ") and text.endswith(f" ms {speedup}"), (text, report)
+    assert text in report and "eager baseline: PyTorch" in report
     document = run.document
     assert run.status == "ok" and run.median_ms is not None and run.median_ms > 0
     assert all(check["passed"] for check in document["testcase"])
@@ -94,5 +104,6 @@ def test_act_on_xnnpack_through_the_farm_to_a_device_tick(
     print(
         f"act/xnnpack on {CLASS}: median {latency['median_ms']:.2f} ms, p90 {latency['p90_ms']:.2f} ms, "
         f"min {latency['min_ms']:.2f} ms, cv {latency['cv']:.3f}, load {latency['load_ms']:.0f} ms; "
+        f"eager baseline median {baseline.median_ms:.2f} ms {speedup}; "
         f"frames max abs error {max(o['max_abs_error'] for o in document['frames']['outputs']):.3g}"
     )

@@ -1,5 +1,6 @@
 """``coverfarm up`` on the embedded default enrols a local CPU device runner and runs the host's XNNPACK
-class: SQLite, the filesystem broker, a real worker and a real runner, no servers."""
+class, with the eager baseline of its speed-up: SQLite, the filesystem broker, a real worker and a real
+runner, no servers."""
 
 from __future__ import annotations
 
@@ -28,5 +29,8 @@ def test_up_runs_the_xnnpack_bundle_on_a_local_runner(tmp_path: Path) -> None:
     with sqlite3.connect(home / "coverfarm.db") as db:
         assert db.execute("SELECT device_classes FROM sweeps").fetchall() == [(f'["{CLASS}"]',)]
         runs = db.execute("SELECT device_class, status, source, median_ms FROM device_runs").fetchall()
+        baselines = db.execute("SELECT device_class, status, median_ms FROM device_baselines").fetchall()
     assert [(c, s, src) for c, s, src, _ in runs] == [(CLASS, "ok", "job")]
     assert runs[0][3] > 0
+    # The local runner's host has torch and lerobot: eager act is timed beside the bundle.
+    assert [(c, s) for c, s, _ in baselines] == [(CLASS, "ok")] and baselines[0][2] > 0

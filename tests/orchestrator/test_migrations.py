@@ -19,6 +19,7 @@ from orchestrator.migrate import alembic_config
 
 TABLES = {"sweeps", "cells", "jobs", "job_attempts", "results", "workers", "events", "alembic_version"}
 TABLES |= {"runners", "enrolment_tokens", "artifacts", "device_runs"}  # 0003
+TABLES |= {"device_baselines"}  # 0004
 
 
 def postgres_settings(tmp_path: Path) -> Settings:
