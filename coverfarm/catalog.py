@@ -46,7 +46,7 @@ def check_policy(name: str) -> str | None:
     """The reason ``name`` is not a policy coverfarm knows, or None."""
     if name in POLICIES:
         return None
-    return f"policy {name!r} is not supported yet; known: {', '.join(POLICIES)}"
+    return f"unknown policy {name!r}; the tracker's policies: {', '.join(POLICIES)}"
 
 
 def check_backend(name: str) -> str | None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from coverfarm import catalog
 from coverfarm.errors import UserError
+from coverfarm.offline_causes import no_offline_build
 from coverfarm.result import (
     ErrorInfo,
     Options,
@@ -58,7 +59,7 @@ def not_measurable(policy: str) -> str | None:
 
     reason = catalog.unavailable_reason(policy)
     if reason is None and policy not in supported():
-        reason = f"coverfarm has no adapter for {policy} yet"
+        reason = no_offline_build(policy) or f"coverfarm has no adapter for {policy} yet"
     return reason
 
 

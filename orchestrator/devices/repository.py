@@ -59,11 +59,10 @@ def enrolled_classes(session: Session) -> set[str]:
 
 
 def baseline_classes(session: Session) -> set[str]:
-    """Device classes some runner that is not revoked serves on a host that can time eager baselines
-    (its probe found torch and lerobot installed)."""
-    rows = session.execute(
-        select(Runner.device_classes, Runner.probe).where(Runner.state != RunnerState.REVOKED.value)
-    )
+    """Device classes some live runner (quarantined or healthy) serves on a host that can time eager
+    baselines (its probe found torch and lerobot installed). An offline runner is not counted: a baseline
+    job nobody is there to take would keep its sweep running, while the cell has its milliseconds."""
+    rows = session.execute(select(Runner.device_classes, Runner.probe).where(Runner.state.in_(LIVE)))
     return {
         name
         for classes, probe in rows

@@ -20,7 +20,7 @@ def coverfarm(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     [
         (
             ["--policy", "nope", "--backend", "vulkan"],
-            "policy 'nope' is not supported yet; known: act, diffusion, dm05",
+            "unknown policy 'nope'; the tracker's policies: act, diffusion, dm05",
         ),
         (["--policy", "act", "--backend", "metal"], "unknown backend 'metal'; known: vulkan, xnnpack"),
         (["--policy", "act", "--backend", "vulkan", "--timeout", "0"], "--timeout must be a positive number"),

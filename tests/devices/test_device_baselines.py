@@ -17,7 +17,7 @@ from coverfarm.result import Options
 from coverfarm.settings import Settings
 from gpu_runner.result import LatencyStats
 from orchestrator.devices.grid import device_cells
-from orchestrator.models import DeviceBaseline, Job, JobStatus, Sweep
+from orchestrator.models import DeviceBaseline, Job, JobStatus, Runner, RunnerState, Sweep
 
 
 def baseline_document(policy: str, median_ms: float | None, status: str = "ok") -> dict[str, Any]:
@@ -133,7 +133,7 @@ def test_a_failed_baseline_keeps_the_milliseconds_and_says_why(
     result = {"attempt": 1, "result": device_result(claimed["bundle_sha256"], 3.25)}
     client.post(f"/api/device-jobs/{run_job}/result", headers=timer, json=result)
     # The bundle has run; its baseline is still pending, and keeps the sweep running in both views.
-    assert cells(sessions, sweep_id)[("act", "xnnpack")] == {CLASS: "✓ 3.25 ms"}
+    assert cells(sessions, sweep_id)[("act", "xnnpack")] == {CLASS: "✓ 3.25 ms (baseline ⏳)"}
     assert client.get(f"/api/sweeps/{sweep_id}").json()["state"] == "running"
     assert [s["state"] for s in client.get("/api/sweeps").json() if s["id"] == sweep_id] == ["running"]
     client.post(f"/api/device-jobs/{baseline_job}/claim", headers=timer)
@@ -150,10 +150,18 @@ def test_a_failed_baseline_keeps_the_milliseconds_and_says_why(
     assert [s["state"] for s in client.get("/api/sweeps").json() if s["id"] == sweep_id] == ["done"]
 
 
-def test_no_baseline_job_without_a_runner_that_can_time_one(
+def test_no_baseline_job_without_a_live_runner_that_can_time_one(
     client: TestClient, admin: dict[str, str], sessions: sessionmaker[Session], settings: Settings,
     tmp_path: Path,
 ) -> None:  # fmt: skip
     enrol(client, admin, "board-without-torch")
+    gone, _ = enrol(client, admin, "offline-host-with-torch", baseline=True)
+    revoked, _ = enrol(client, admin, "revoked-host-with-torch", baseline=True)
+    with sessions() as session:
+        runner = session.get(Runner, gone)
+        assert runner is not None
+        runner.state = RunnerState.OFFLINE.value
+        session.commit()
+    assert client.post(f"/api/runners/{revoked}/revoke", headers=admin).status_code == 200
     sweep_id = lowered_sweep(client, admin, sessions, settings, tmp_path)
     assert [key for key in sweep_jobs(sessions, sweep_id) if ":" in key] == [f"run:{CLASS}/xnnpack"]

@@ -12,11 +12,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+import torch
 from farmtools import ROOT, TOKEN, coverfarm_command, free_port, start_redis, start_server, stop, wait_for
 from runnertools import child_env_with_engine, run_cli
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from coverfarm.baseline import BaselineResult
 from orchestrator.devices.grid import device_cells
 from orchestrator.models import DeviceBaseline, DeviceRun, Sweep
 
@@ -80,6 +82,9 @@ def test_act_on_xnnpack_through_the_farm_to_a_device_tick(
             report = api.get(f"/api/sweeps/{sweep_id}/report.md").text
     finally:
         stop(runner)
+        # Revoked: the session's database outlives this farm, and a live baseline-capable runner of
+        # this class would give later sweeps baseline jobs nobody takes.
+        run_cli(env, "runner", "revoke", registered.stdout.strip(), "--url", url, "--token", TOKEN)
     with farm_sessions() as session:
         sweep = session.get(Sweep, sweep_id)
         assert sweep is not None
@@ -90,7 +95,17 @@ def test_act_on_xnnpack_through_the_farm_to_a_device_tick(
         ).one()
     assert baseline.status == "ok" and baseline.median_ms is not None, baseline.error
     assert baseline.device_class == CLASS and baseline.document["policy"] == "act"
-    assert baseline.document["latency"]["iterations"] == 20  # the runner's own timing, as for the bundle
+    eager = BaselineResult.model_validate(baseline.document)
+    assert eager.torch_version == torch.__version__ and eager.threads is not None and eager.threads >= 1
+    assert eager.build_s is not None and eager.build_s > 0
+    lat = eager.latency
+    assert lat is not None and (lat.warmup, lat.iterations) == (
+        3,
+        20,
+    )  # the runner's timing, as for the bundle
+    assert len(lat.samples_ms) == 20 and min(lat.samples_ms) == lat.min_ms > 0
+    assert lat.load_ms == pytest.approx(eager.build_s * 1e3)
+    assert lat.method is not None and "eager" in lat.method
     assert run.median_ms is not None
     speedup = f"({baseline.median_ms / run.median_ms:.1f}×)"
     assert text.startswith("✓ ") and text.endswith(f" ms {speedup}"), (text, report)

@@ -6,6 +6,7 @@ import lerobot.policies  # noqa: F401  (registers every policy config LeRobot sh
 from lerobot.configs.policies import PreTrainedConfig
 
 from coverfarm import catalog
+from coverfarm.offline_causes import NO_OFFLINE_BUILD
 from worker.backends import BACKENDS
 from worker.policies.registry import supported
 
@@ -31,3 +32,9 @@ def test_only_the_six_missing_policies_are_unavailable() -> None:
     assert catalog.unavailable_reason("dm05") == "policy not available in lerobot 0.6.1"
     assert catalog.check_policy("dm05") is None
     assert catalog.check_policy("nope") is not None
+
+
+def test_every_lerobot_policy_has_an_adapter_or_a_precise_cause() -> None:
+    adapted = set(supported())
+    assert adapted.isdisjoint(NO_OFFLINE_BUILD), "an adapter replaces its policy's cause"
+    assert adapted | set(NO_OFFLINE_BUILD) == set(catalog.IN_LEROBOT)

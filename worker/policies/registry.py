@@ -46,5 +46,5 @@ def get_adapter(name: str) -> Adapter:
         return _ADAPTERS[name]
     except KeyError:
         raise UnsupportedPolicyError(
-            f"policy {name!r} is not supported yet; supported: {', '.join(sorted(_ADAPTERS))}"
+            f"no adapter for policy {name!r}; adapters: {', '.join(sorted(_ADAPTERS))}"
         ) from None

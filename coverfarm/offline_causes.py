@@ -1,0 +1,56 @@
+"""Why coverfarm cannot yet build some LeRobot 0.6.1 policies offline: one precise cause per policy.
+
+Each line is what LeRobot's own constructor does with its default config and the hub unreachable (found
+by building each policy offline, under a memory cap, with ``HF_HUB_OFFLINE=1``), and what an offline
+adapter would have to ship. The engine gives a policy listed here its row with this cause ("❌"), never an
+error and never a missing row; an adapter in ``worker/policies/adapters`` replaces the entry
+(``tests/worker/test_catalog.py`` checks that every LeRobot policy has exactly one of the two).
+"""
+
+from __future__ import annotations
+
+NO_OFFLINE_BUILD: dict[str, str] = {
+    "eo1": (
+        "EO1Config fetches the Qwen/Qwen2.5-VL-3B-Instruct config from the hub (configuration_eo1.py:125) "
+        "and the policy downloads its ~3.8 B bf16 weights unless pretrained_path is set"
+    ),
+    "evo1": (
+        "the InternVL3 embedder loads OpenGVLab/InternVL3-1B-hf's tokenizer and weights from the hub "
+        "(internvl3_embedder.py:132); there is no config-only path"
+    ),
+    "fastwam": (
+        "builds a 5.0 B video DiT and a 1.0 B action DiT in fp32 (~24 GB) before casting to bf16, then "
+        "loads the UMT5 text encoder and VAE from Wan-AI/Wan2.2-TI2V-5B-Diffusers (no offline build path)"
+    ),
+    "groot": (
+        "GR00TN17.from_pretrained calls snapshot_download('nvidia/GR00T-N1.7-3B') for the whole "
+        "checkpoint (groot_n1_7.py:903); its processor needs the Cosmos-Reason2-2B tokenizer"
+    ),
+    "lingbot_va": (
+        "builds its 5.09 B-parameter transformer in fp32 (~20 GB) before casting to bf16, which exhausts "
+        "a 24 GB worker; its first inference loads the Wan2.2 VAE and UMT5-XXL from robbyant/lingbot-va-base"
+    ),
+    "molmoact2": (
+        "snapshot_download('allenai/MolmoAct2') of the whole checkpoint, then a strict weight-key check: "
+        "no random-weight path (modeling_molmoact2.py:86)"
+    ),
+    "pi0_fast": (
+        "PI0FastPolicy loads the FAST action tokenizer (lerobot/fast-action-tokenizer) and PaliGemma's "
+        "tokenizer from the hub in its constructor (modeling_pi0_fast.py:764); its decoding is an "
+        "autoregressive loop of up to 256 tokens over a growing KV cache"
+    ),
+    "vla_jepa": (
+        "loads Qwen/Qwen3-VL-2B-Instruct and facebook/vjepa2-vitl-fpc64-256 weights and processors from "
+        "the hub (qwen_interface.py:37, modeling_vla_jepa.py:105)"
+    ),
+    "wall_x": (
+        "needs torchdiffeq and qwen-vl-utils (LeRobot's wallx extra, not installed), then loads "
+        "x-square-robot/wall-oss-flow's config, processor and weights from the hub (modeling_wall_x.py:404)"
+    ),
+}
+
+
+def no_offline_build(policy: str) -> str | None:
+    """Why ``policy`` cannot be built offline yet, or None when it has no known cause."""
+    cause = NO_OFFLINE_BUILD.get(policy)
+    return None if cause is None else f"no offline build of {policy} yet: {cause}"
