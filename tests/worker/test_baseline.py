@@ -49,7 +49,8 @@ def test_a_policy_the_engine_cannot_build_fails_with_its_cause() -> None:
     result = measure_baseline("no_such_policy", Options(), warmup=0, iterations=1)
     assert result.status == "failed" and result.latency is None
     assert result.error is not None
-    assert result.error.startswith("worker.policies.registry.UnsupportedPolicyError: policy 'no_such_policy'")
+    expected = "worker.policies.registry.UnsupportedPolicyError: no adapter for policy 'no_such_policy'"
+    assert result.error.startswith(expected)
     assert result.torch_version is not None and result.threads is not None  # the child got that far
 
 
