@@ -1,5 +1,5 @@
-"""A call repeated on a daemon thread at a fixed interval: the heartbeats of CPU workers, their jobs
-and device runners' jobs (no torch: the orchestrator side and the runner both import it)."""
+"""A call repeated on a daemon thread at a fixed interval: the heartbeats of CPU workers, their jobs,
+device runners and their jobs (no torch: the orchestrator side and the runner both import it)."""
 
 from __future__ import annotations
 

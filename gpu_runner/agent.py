@@ -62,56 +62,47 @@ def work_dir(settings: Settings) -> Path:
     return settings.home / "runner"
 
 
-def run_bundle_process(
-    bundle: Path, sha256: str, timing: Timing, timeout_s: float, work: Path
-) -> tuple[dict[str, Any] | None, str | None]:
-    """(result document, None) from a fresh ``run-bundle`` process; (None, why) when it gave none."""
+Document = tuple[dict[str, Any] | None, str | None]
+
+
+def child_document(what: str, args: list[str], timeout_s: float, work: Path) -> Document:
+    """(document, None) from a fresh ``coverfarm <args> --out F`` process; (None, why) when it wrote none
+    (it refused its arguments, crashed or ran past ``timeout_s``)."""
     work.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="run.", dir=work) as folder:
-        out = Path(folder) / "result.json"
-        command = [
-            sys.executable, "-c", CLI, "runner", "run-bundle", str(bundle), "--out", str(out),
-            "--sha256", sha256, "--warmup", str(timing.warmup), "--iterations", str(timing.iterations),
-            "--unsigned",
-        ]  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="child.", dir=work) as folder:
+        out = Path(folder) / "document.json"
+        command = [sys.executable, "-c", CLI, *args, "--out", str(out)]
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
         except subprocess.TimeoutExpired:
-            return None, f"run-bundle did not finish within {timeout_s:g} s"
+            return None, f"{what} did not finish within {timeout_s:g} s"
         if not out.is_file():
             tail = " ".join(done.stderr.strip().splitlines()[-3:]) or "no output"
-            return None, f"run-bundle exited with status {done.returncode} and wrote no result: {tail}"
+            return None, f"{what} exited with status {done.returncode} and wrote no result: {tail}"
         document: dict[str, Any] = json.loads(out.read_text())
         return document, None
 
 
-def baseline_process(
-    policy: str, options: Options, timing: Timing, work: Path
-) -> tuple[dict[str, Any] | None, str | None]:
+def run_bundle_process(bundle: Path, sha256: str, timing: Timing, timeout_s: float, work: Path) -> Document:
+    """(result document, None) from a fresh ``run-bundle`` process; (None, why) when it gave none."""
+    args = [
+        "runner", "run-bundle", str(bundle), "--sha256", sha256,
+        "--warmup", str(timing.warmup), "--iterations", str(timing.iterations), "--unsigned",
+    ]  # fmt: skip
+    return child_document("run-bundle", args, timeout_s, work)
+
+
+def baseline_process(policy: str, options: Options, timing: Timing, work: Path) -> Document:
     """(baseline document, None) from a fresh ``coverfarm baseline`` process; (None, why) when it gave
     none (it refused its arguments, say a checkpoint that is not on this host, or it crashed)."""
-    work.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="baseline.", dir=work) as folder:
-        out = Path(folder) / "baseline.json"
-        command = [
-            sys.executable, "-c", CLI, "baseline", "--policy", policy, "--seed", str(options.seed),
-            "--timeout", f"{options.timeout_s:g}", "--warmup", str(timing.warmup),
-            "--iterations", str(timing.iterations), "--out", str(out),
-        ]  # fmt: skip
-        if options.checkpoint:
-            command += ["--checkpoint", options.checkpoint]
-        # Each of its two phases (build, time) is bounded by timeout_s in its own child; this is the backstop.
-        try:
-            done = subprocess.run(
-                command, capture_output=True, text=True, timeout=2 * options.timeout_s + 60, check=False
-            )
-        except subprocess.TimeoutExpired:
-            return None, f"coverfarm baseline did not finish within {2 * options.timeout_s + 60:g} s"
-        if not out.is_file():
-            tail = " ".join(done.stderr.strip().splitlines()[-3:]) or "no output"
-            return None, f"coverfarm baseline exited with status {done.returncode}: {tail}"
-        document: dict[str, Any] = json.loads(out.read_text())
-        return document, None
+    args = [
+        "baseline", "--policy", policy, "--seed", str(options.seed), "--timeout", f"{options.timeout_s:g}",
+        "--warmup", str(timing.warmup), "--iterations", str(timing.iterations),
+    ]  # fmt: skip
+    if options.checkpoint:
+        args += ["--checkpoint", options.checkpoint]
+    # Each of its two phases (build, time) is bounded by timeout_s in its own child; this is the backstop.
+    return child_document("coverfarm baseline", args, 2 * options.timeout_s + 60, work)
 
 
 def job_beat(client: FarmClient, job_id: int, attempt: int, interval_s: float) -> Periodic:
@@ -220,16 +211,15 @@ class Agent:
         self.consumer: subprocess.Popen[bytes] | None = None
 
     def _beat(self) -> None:
-        while not self.stop.wait(self.config.heartbeat_interval_s):
-            try:
-                self.client.heartbeat()
-            except Refused as refused:
-                if refused.status in UNAUTHORISED:
-                    self.revoked = refused.detail
-                    self._shutdown()
-                log.warning("heartbeat refused: %s", refused)
-            except httpx.HTTPError as error:
-                log.warning("heartbeat failed: %s", error)
+        try:
+            self.client.heartbeat()
+        except Refused as refused:
+            if refused.status in UNAUTHORISED:
+                self.revoked = refused.detail
+                self._shutdown()
+            log.warning("heartbeat refused: %s", refused)
+        except httpx.HTTPError as error:
+            log.warning("heartbeat failed: %s", error)
 
     def _shutdown(self, *_args: object) -> None:
         self.stop.set()
@@ -239,7 +229,8 @@ class Agent:
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._shutdown)
         signal.signal(signal.SIGINT, self._shutdown)
-        threading.Thread(target=self._beat, name="runner-heartbeat", daemon=True).start()
+        beats = Periodic(self._beat, self.config.heartbeat_interval_s, "runner-heartbeat", join_timeout_s=5)
+        beats.start()
         work = work_dir(self.settings)
         try:
             while not self.stop.is_set():
@@ -258,6 +249,7 @@ class Agent:
                     continue
                 self._consume()
         finally:
+            beats.stop()
             self.client.close()
         if self.revoked is not None:
             log.error("runner %s stops: %s", self.config.runner_id, self.revoked)
