@@ -25,7 +25,7 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import Mapped, mapped_column, relationship
+from sqlalchemy.orm import Mapped, declared_attr, mapped_column, relationship
 
 from orchestrator.db import Base
 
@@ -249,49 +249,47 @@ class Artifact(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
-class DeviceRun(Base):
+class CellDeviceRow:
+    """What a device run and a device baseline both are: one row per (cell, device class), written by an
+    attempt of a device job on a runner (upserted, so a retry replaces it), with its status, median and
+    cause, and the whole document it came from."""
+
+    @declared_attr.directive
+    def __table_args__(cls) -> tuple[UniqueConstraint]:
+        # A constraint belongs to one table: each mapped class gets its own.
+        return (UniqueConstraint("cell_id", "device_class"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    cell_id: Mapped[int] = mapped_column(ForeignKey("cells.id", ondelete="CASCADE"), index=True)
+    device_class: Mapped[str] = mapped_column(String(64))
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
+    runner_id: Mapped[int | None] = mapped_column(ForeignKey("runners.id", ondelete="SET NULL"))
+    attempt: Mapped[int | None] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16))
+    median_ms: Mapped[float | None] = mapped_column(Float)
+    error: Mapped[str | None] = mapped_column(Text)
+    document: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class DeviceRun(CellDeviceRow, Base):
     """The device result of one cell on one device class: from its device job (``job_id``) or from an
-    offline import. One row per (cell, class): a retried attempt or a second import replaces it."""
+    offline import. One row per (cell, class): a retried attempt or a second import replaces it.
+    ``status`` and ``document`` are gpu_runner.result.DeviceResult's."""
 
     __tablename__ = "device_runs"
-    __table_args__ = (UniqueConstraint("cell_id", "device_class"),)
 
-    id: Mapped[int] = mapped_column(primary_key=True)
-    cell_id: Mapped[int] = mapped_column(ForeignKey("cells.id", ondelete="CASCADE"), index=True)
-    device_class: Mapped[str] = mapped_column(String(64))
-    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
-    runner_id: Mapped[int | None] = mapped_column(ForeignKey("runners.id", ondelete="SET NULL"))
-    attempt: Mapped[int | None] = mapped_column(Integer)
     source: Mapped[str] = mapped_column(String(16))  # "job" or "import"
-    status: Mapped[str] = mapped_column(String(16))  # DeviceResult.status
-    median_ms: Mapped[float | None] = mapped_column(Float)
-    error: Mapped[str | None] = mapped_column(Text)
     bundle_sha256: Mapped[str] = mapped_column(String(64))
-    document: Mapped[dict[str, Any]] = mapped_column(JSONType)  # gpu_runner.result.DeviceResult
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
-class DeviceBaseline(Base):
+class DeviceBaseline(CellDeviceRow, Base):
     """Eager PyTorch timed on the CPU of a host of one device class, for one cell's policy and options:
     the baseline of that class's speed-up. From a baseline job; one row per (cell, class), replaced by a
-    retried attempt."""
+    retried attempt. ``status`` and ``document`` are coverfarm.baseline.BaselineResult's."""
 
     __tablename__ = "device_baselines"
-    __table_args__ = (UniqueConstraint("cell_id", "device_class"),)
-
-    id: Mapped[int] = mapped_column(primary_key=True)
-    cell_id: Mapped[int] = mapped_column(ForeignKey("cells.id", ondelete="CASCADE"), index=True)
-    device_class: Mapped[str] = mapped_column(String(64))
-    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
-    runner_id: Mapped[int | None] = mapped_column(ForeignKey("runners.id", ondelete="SET NULL"))
-    attempt: Mapped[int | None] = mapped_column(Integer)
-    status: Mapped[str] = mapped_column(String(16))  # BaselineResult.status
-    median_ms: Mapped[float | None] = mapped_column(Float)
-    error: Mapped[str | None] = mapped_column(Text)
-    document: Mapped[dict[str, Any]] = mapped_column(JSONType)  # coverfarm.baseline.BaselineResult
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
 class Event(Base):

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.models import (
     Cell,
+    CellDeviceRow,
     DeviceBaseline,
     DeviceRun,
     EnrolmentToken,
@@ -71,7 +72,7 @@ def baseline_classes(session: Session) -> set[str]:
     }
 
 
-def _upsert(session: Session, table: type[DeviceRun] | type[DeviceBaseline], values: dict[str, Any]) -> None:
+def _upsert(session: Session, table: type[CellDeviceRow], values: dict[str, Any]) -> None:
     insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
     statement = insert(table).values(**values, created_at=utcnow(), updated_at=utcnow())
     keys = ("cell_id", "device_class")
