@@ -6,8 +6,8 @@ of ``VulkanPartitioner().partition(ep)`` with torch.fx's partitioner ("stock") a
 ``ExactCapabilityPartitioner`` ("fast") side by side, the speed-up, and whether every node got the same
 ``delegation_tag``. Both run with the pattern-graph cache on and warm, so the columns differ only in the
 partitioner. Then it lowers repro 4 to a .pte three ways -- upstream as is, with the pattern-graph cache,
-and with everything ``lowering: fast`` adds to it (the cache and one recompile per program instead of one
-per partition) -- and compares the bytes. CPU seconds are printed beside wall seconds, since this machine
+and with everything ``lowering: fast`` adds to it (the cache, one recompile per program instead of one
+per partition, one verification after copying shared constants) -- and compares the bytes. CPU seconds are printed beside wall seconds, since this machine
 is shared.
 
     python benchmarks/partitioner.py                   # 50, 100, 200, 400 blocks (400 stock: minutes)

@@ -1,8 +1,10 @@
 """What ``lowering: fast`` switches on around a Vulkan lowering, besides the exact partitioner.
 
 Each piece removes work that upstream repeats for every delegate partition and leaves the lowered
-program byte-identical (tests/worker/lowering): the pattern-graph cache (``pattern_cache``) and one
-recompile of the partitioned graph module instead of one per partition (``deferred_recompile``).
+program byte-identical (tests/worker/lowering): the pattern-graph cache (``pattern_cache``), one
+recompile of the partitioned graph module instead of one per partition (``deferred_recompile``), and one
+recompile and verifier run after duplicating the constants partitions share instead of one per copied
+constant (``deferred_constant_copies``).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from worker.lowering.deferred_constant_copies import deferred_constant_copy_checks
 from worker.lowering.deferred_recompile import deferred_partition_recompile
 from worker.lowering.pattern_cache import cached_pattern_graphs
 
@@ -19,5 +22,5 @@ __all__ = ["fast_lowering"]
 @contextmanager
 def fast_lowering() -> Iterator[None]:
     """Within the block, lowering skips upstream's repeated per-partition work; restored on exit."""
-    with cached_pattern_graphs(), deferred_partition_recompile():
+    with cached_pattern_graphs(), deferred_constant_copy_checks(), deferred_partition_recompile():
         yield
