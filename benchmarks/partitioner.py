@@ -7,8 +7,8 @@ of ``VulkanPartitioner().partition(ep)`` with torch.fx's partitioner ("stock") a
 ``delegation_tag``. Both run with the pattern-graph cache on and warm, so the columns differ only in the
 partitioner. Then it lowers repro 4 to a .pte three ways -- upstream as is, with the pattern-graph cache,
 and with everything ``lowering: fast`` adds to it (the cache, one recompile per program instead of one
-per partition, one verification after copying shared constants) -- and compares the bytes. CPU seconds are printed beside wall seconds, since this machine
-is shared.
+per partition, one verification after copying shared constants) -- and compares the bytes. CPU
+seconds are printed beside wall seconds, since this machine is shared.
 
     python benchmarks/partitioner.py                   # 50, 100, 200, 400 blocks (400 stock: minutes)
     python benchmarks/partitioner.py --blocks 50 100 --runs 5 --cache-blocks 0
@@ -94,7 +94,7 @@ def compare_pattern_cache(n: int) -> None:
     contexts: dict[str, Callable[[], AbstractContextManager[None]]] = {
         "upstream": nullcontext,
         "pattern cache": cached_pattern_graphs,
-        "fast (cache + one recompile)": fast_lowering,
+        "fast (all of lowering: fast)": fast_lowering,
     }
     torch.manual_seed(0)
     model = Blocks(n)  # one model, so every lowering sees the same weights
