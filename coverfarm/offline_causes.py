@@ -22,10 +22,6 @@ NO_OFFLINE_BUILD: dict[str, str] = {
         "builds a 5.0 B video DiT and a 1.0 B action DiT in fp32 (~24 GB) before casting to bf16, then "
         "loads the UMT5 text encoder and VAE from Wan-AI/Wan2.2-TI2V-5B-Diffusers (no offline build path)"
     ),
-    "groot": (
-        "GR00TN17.from_pretrained calls snapshot_download('nvidia/GR00T-N1.7-3B') for the whole "
-        "checkpoint (groot_n1_7.py:903); its processor needs the Cosmos-Reason2-2B tokenizer"
-    ),
     "lingbot_va": (
         "builds its 5.09 B-parameter transformer in fp32 (~20 GB) before casting to bf16, which exhausts "
         "a 24 GB worker; its first inference loads the Wan2.2 VAE and UMT5-XXL from robbyant/lingbot-va-base"

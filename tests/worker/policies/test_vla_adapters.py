@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 import torch
 
-from worker.policies.adapters import openpi, smolvla, xvla
+from worker.policies.adapters import groot, openpi, smolvla, xvla
 from worker.policies.adapters._core_aten import EMPTY_LIKE_SUBSTITUTION
 from worker.policies.adapters._flow import euler_times
 from worker.policies.base import TracedPolicy
-from worker.policies.offline import florence2, smolvlm2
+from worker.policies.offline import cosmos_reason2, florence2, smolvlm2
 from worker.policies.offline.hub import MissingOfflineConfig, known
 from worker.policies.offline.paligemma import TOKENIZER as PALIGEMMA_TOKENIZER
 from worker.policies.offline.tokens import StandInTokenizer
@@ -77,7 +77,7 @@ def data_dependent_ops(policy: TracedPolicy) -> set[str]:
 
 
 def test_the_vla_names_are_registered() -> None:
-    assert {"smolvla", "xvla", "pi0", "pi05"} <= set(supported())
+    assert {"smolvla", "xvla", "pi0", "pi05", "groot"} <= set(supported())
 
 
 def test_stand_in_tokens_have_the_vocabulary_and_padded_length() -> None:
@@ -296,3 +296,129 @@ def test_openpi_small(name: str) -> None:
 def test_openpi_rejects_other_types(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not an openpi flow-matching policy: 'act'"):
         openpi.trace_openpi("act", seed=0, checkpoint=None)
+
+
+# --- groot ----------------------------------------------------------------------------------------------
+
+TINY_GR00T: dict[str, Any] = {
+    "select_layer": 1,
+    "backbone_embedding_dim": 64,
+    "hidden_size": 32,
+    "input_embedding_dim": 48,
+    "action_horizon": 16,
+    "diffusion_model_cfg": {
+        "positional_embeddings": None,
+        "num_layers": 4,
+        "num_attention_heads": 2,
+        "attention_head_dim": 24,
+        "norm_type": "ada_norm",
+        "dropout": 0.2,
+        "final_dropout": True,
+        "output_dim": 32,
+        "interleave_self_attention": True,
+    },
+    "vl_self_attention_cfg": {
+        "positional_embeddings": None,
+        "num_layers": 1,
+        "num_attention_heads": 2,
+        "attention_head_dim": 32,
+        "dropout": 0.2,
+        "final_dropout": True,
+    },
+}
+
+
+@pytest.fixture
+def tiny_cosmos(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LeRobot builds Cosmos-Reason2-2B's Qwen3-VL from a hard-coded config function: shrink it."""
+    from lerobot.policies.groot import groot_n1_7
+
+    real = groot_n1_7._cosmos_reason2_qwen3_vl_config
+
+    def tiny_config() -> Any:
+        config = real()
+        config.text_config.update(
+            {
+                "hidden_size": 64,
+                "intermediate_size": 128,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "head_dim": 16,
+                "num_hidden_layers": 2,
+            }
+        )
+        config.text_config.rope_parameters["mrope_section"] = [4, 2, 2]  # head_dim 16 / 2
+        config.vision_config.update(
+            {
+                "depth": 1,
+                "hidden_size": 32,
+                "intermediate_size": 64,
+                "num_heads": 2,
+                "out_hidden_size": 64,
+                "deepstack_visual_indexes": [0],
+            }
+        )
+        return config
+
+    monkeypatch.setattr(groot_n1_7, "_cosmos_reason2_qwen3_vl_config", tiny_config)
+
+
+def test_cosmos_stand_in_processor_renders_the_qwen3_vl_prompt() -> None:
+    processor = cosmos_reason2.StandInQwen3VLProcessor()
+    image = torch.zeros((3, 256, 256), dtype=torch.uint8)
+    conversation = [
+        {
+            "role": "user",
+            "content": [{"type": "image", "image": image}, {"type": "text", "text": "pick up the cube"}],
+        }
+    ]
+    text = processor.apply_chat_template(conversation, tokenize=False, add_generation_prompt=False)
+    assert text == "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>pick up the cube<|im_end|>\n"
+    encoded = processor(text=[text], images=[image], return_tensors="pt", padding=True)
+    ids = encoded["input_ids"][0].tolist()
+    assert ids[:4] == [151644, 872, 198, 151652]  # <|im_start|> user \n <|vision_start|>
+    assert ids[4:68] == [151655] * 64 and ids[68] == 151653  # 16x16 patches, 2x2 merged
+    assert ids[-2:] == [151645, 198] and len(ids) == 3 + 66 + 4 + 2
+    assert all(256 <= i < 151643 for i in ids[69:73])
+    assert encoded["image_grid_thw"].tolist() == [[1, 16, 16]]
+    assert encoded["pixel_values"].shape == (256, 3 * 2 * 16 * 16)
+    assert encoded["mm_token_type_ids"][0].sum() == 64 and encoded["attention_mask"].all()
+
+
+def test_groot_discretized_times_are_get_actions() -> None:
+    assert groot.discretized_times(4, 1000) == [0, 250, 500, 750]
+
+
+@pytest.mark.usefixtures("tiny_cosmos")
+def test_groot_small() -> None:
+    from executorch.exir import to_edge
+
+    overrides = {"chunk_size": 16, "n_action_steps": 16}
+    policy = timed(
+        "groot (small)",
+        lambda: groot.trace_groot_with(
+            seed=0, checkpoint=None, overrides=overrides, model_overrides=TINY_GR00T
+        ),
+    )
+    assert policy.plan.runs_per_chunk() == {"backbone": 1, "denoise_step": 4}
+    assert policy.substitutions == [groot.SUBSTITUTION]
+    assert [int(policy.plan.constants[f"t.{k:02d}"]) for k in range(4)] == [0, 250, 500, 750]
+    assert policy.program("backbone").input_names == groot.PROGRAM_INPUTS
+    assert policy.config["image_grid_thw"] == [[1, 16, 16], [1, 16, 16]]
+    assert "stand-in" in str(policy.config["processor"])
+    # The programs run under the policy's bf16 autocast; after to_edge's decompositions (what the lower
+    # stage partitions) they are Core ATen with no data-dependent op.
+    suspects = ("rand", "normal", "multinomial", "aten.item", "scalar_dense", "nonzero", "masked_select")
+    for program in policy.programs:
+        edge = to_edge(program.exported).exported_program()
+        targets = {  # op names, without the edge dialect's schema
+            str(node.target).split(">:")[0] for node in edge.graph.nodes if node.op == "call_function"
+        }
+        assert not {t for t in targets if any(s in t for s in suspects)}, program.name
+        assert torch.bfloat16 in {getattr(node.meta.get("val"), "dtype", None) for node in edge.graph.nodes}
+    assert check_plan(policy).shape == (1, 16, 7)
+
+
+def test_groot_unknown_base_model_is_a_one_line_cause() -> None:
+    with pytest.raises(MissingOfflineConfig, match="no offline config for 'someone/other-groot'"):
+        groot.trace_groot_with(seed=0, checkpoint=None, overrides={"base_model_path": "someone/other-groot"})

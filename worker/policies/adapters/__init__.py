@@ -4,6 +4,7 @@ from worker.policies.adapters import (  # noqa: F401
     act,
     diffusion,
     gaussian_actor,
+    groot,
     multi_task_dit,
     openpi,
     smolvla,
