@@ -24,6 +24,8 @@ from typing import Any
 import executorch.exir.backend.backend_api as backend_api
 from torch.export import ExportedProgram
 
+from worker.lowering.patching import module_attributes
+
 __all__ = ["deferred_constant_copy_checks"]
 
 
@@ -80,16 +82,15 @@ def deferred_constant_copy_checks() -> Iterator[None]:
     Process-global and not thread-safe, like the module attributes it replaces.
     """
     pending: list[ExportedProgram] = []
-    saved_duplicate = backend_api._maybe_duplicate_constant_nodes
-    saved_one = backend_api._partition_and_lower
-    saved_map = backend_api._create_partitions
-    backend_api._maybe_duplicate_constant_nodes = _duplicate_then_check_once(saved_duplicate, pending)
-    backend_api._partition_and_lower = _check_before_partitioning(saved_one, pending)
-    backend_api._create_partitions = _check_before_partitioning(saved_map, pending)
+    replacements = {
+        "_maybe_duplicate_constant_nodes": _duplicate_then_check_once(
+            backend_api._maybe_duplicate_constant_nodes, pending
+        ),
+        "_partition_and_lower": _check_before_partitioning(backend_api._partition_and_lower, pending),
+        "_create_partitions": _check_before_partitioning(backend_api._create_partitions, pending),
+    }
     try:
-        yield
+        with module_attributes(backend_api, **replacements):
+            yield
     finally:
-        backend_api._maybe_duplicate_constant_nodes = saved_duplicate
-        backend_api._partition_and_lower = saved_one
-        backend_api._create_partitions = saved_map
         pending.clear()

@@ -27,6 +27,8 @@ import executorch.exir.backend.backend_api as backend_api
 import executorch.exir.lowered_backend_module as lowered_backend_module
 from torch.fx import GraphModule
 
+from worker.lowering.patching import module_attributes
+
 __all__ = ["deferred_partition_recompile"]
 
 
@@ -93,12 +95,10 @@ def deferred_partition_recompile() -> Iterator[None]:
     Process-global and not thread-safe, like the module attributes it replaces.
     """
     pending: list[GraphModule] = []
-    saved_legalize = lowered_backend_module.legalize_graph
-    saved_create = backend_api._create_partitions_in_graph_module
-    lowered_backend_module.legalize_graph = _legalize_graph_without_recompile(saved_legalize, pending)
-    backend_api._create_partitions_in_graph_module = _recompile_after_partitioning(saved_create, pending)
-    try:
+    legalize = _legalize_graph_without_recompile(lowered_backend_module.legalize_graph, pending)
+    create = _recompile_after_partitioning(backend_api._create_partitions_in_graph_module, pending)
+    with (
+        module_attributes(lowered_backend_module, legalize_graph=legalize),
+        module_attributes(backend_api, _create_partitions_in_graph_module=create),
+    ):
         yield
-    finally:
-        lowered_backend_module.legalize_graph = saved_legalize
-        backend_api._create_partitions_in_graph_module = saved_create
