@@ -114,6 +114,36 @@ def export_program(
     return TracedProgram(name, exported, tuple(input_names), tuple(output_names))
 
 
+def prefix_then_steps_plan(
+    prefix: Call,
+    step_inputs: Sequence[str],
+    *,
+    first_sample: str,
+    sample: str,
+    chunk: str,
+    times: Sequence[torch.Tensor],
+    constants: Mapping[str, torch.Tensor] | None = None,
+) -> ChunkPlan:
+    """A prefix call once, then ``denoise_step`` once per time: step k reads ``step_inputs``, the current
+    sample and ``t.kk`` and writes the next sample (``<sample>.kk+1``; the first is ``first_sample``) and
+    the chunk so far (``<chunk>.kk+1``, the last one ``action``). The frame is the prefix's inputs and
+    ``noise``; the times are plan constants beside ``constants``."""
+    steps = len(times)
+    samples = [first_sample, *(f"{sample}.{k + 1:02d}" for k in range(steps))]
+    calls = [prefix]
+    for k in range(steps):
+        chunk_name = "action" if k == steps - 1 else f"{chunk}.{k + 1:02d}"
+        calls.append(
+            Call("denoise_step", (*step_inputs, samples[k], f"t.{k:02d}"), (samples[k + 1], chunk_name))
+        )
+    return ChunkPlan(
+        frame_inputs=(*prefix.inputs, "noise"),
+        calls=tuple(calls),
+        outputs=("action",),
+        constants={**(constants or {}), **{f"t.{k:02d}": t for k, t in enumerate(times)}},
+    )
+
+
 def single_program_plan(input_names: Sequence[str], output_names: Sequence[str]) -> ChunkPlan:
     """The default plan: one ``forward`` call computes the chunk from the frame's inputs."""
     return ChunkPlan(

@@ -19,8 +19,9 @@ from typing import Any
 
 import torch
 
+from worker.policies.adapters._common import prefix_then_steps_plan
 from worker.policies.adapters._core_aten import EMPTY_LIKE_SUBSTITUTION, export_core
-from worker.policies.base import Call, ChunkPlan, TracedPolicy
+from worker.policies.base import Call, TracedPolicy
 from worker.policies.observation import standard_normal
 
 Velocity = Callable[..., torch.Tensor]
@@ -99,18 +100,13 @@ def trace_flow_matching(
     if replaced_in_prefix or replaced_in_step:
         substitutions.append(EMPTY_LIKE_SUBSTITUTION)
 
-    samples = ["noise", *(f"x.{k + 1:02d}" for k in range(num_steps))]
-    calls = [Call("prefix", prefix_inputs, prefix_outputs)]
-    for k in range(num_steps):
-        chunk_name = "action" if k == num_steps - 1 else f"action.{k + 1:02d}"
-        calls.append(
-            Call("denoise_step", (*prefix_outputs, samples[k], f"t.{k:02d}"), (samples[k + 1], chunk_name))
-        )
-    plan = ChunkPlan(
-        frame_inputs=(*prefix_inputs, "noise"),
-        calls=tuple(calls),
-        outputs=("action",),
-        constants={f"t.{k:02d}": t for k, t in enumerate(times)},
+    plan = prefix_then_steps_plan(
+        Call("prefix", prefix_inputs, prefix_outputs),
+        prefix_outputs,
+        first_sample="noise",
+        sample="x",
+        chunk="action",
+        times=times,
     )
     return TracedPolicy(
         policy=name,

@@ -66,10 +66,10 @@ from lerobot.configs import FeatureType
 from torch.overrides import TorchFunctionMode
 
 from worker.fake_weights import is_fake
-from worker.policies.adapters._common import Features, build_policy, config_dict
+from worker.policies.adapters._common import Features, build_policy, config_dict, prefix_then_steps_plan
 from worker.policies.adapters._core_aten import EMPTY_LIKE_SUBSTITUTION, export_core
 from worker.policies.adapters._randomness import SubstitutionMismatch, replay
-from worker.policies.base import Call, ChunkPlan, TracedPolicy
+from worker.policies.base import Call, TracedPolicy
 from worker.policies.observation import example_observation, standard_normal
 from worker.policies.offline import cosmos_reason2
 from worker.policies.offline.hub import known
@@ -513,22 +513,13 @@ def trace_groot_with(
         step_inputs,
         ("actions_next", "chunk"),
     )
-    samples = ["noise", *(f"actions.{k + 1:02d}" for k in range(steps))]
-    calls = [Call("backbone", PROGRAM_INPUTS, BACKBONE_OUTPUTS)]
-    for k in range(steps):
-        chunk = "action" if k == steps - 1 else f"chunk.{k + 1:02d}"
-        calls.append(
-            Call(
-                "denoise_step",
-                (*BACKBONE_OUTPUTS, "embodiment_id", samples[k], f"t.{k:02d}"),
-                (samples[k + 1], chunk),
-            )
-        )
-    plan = ChunkPlan(
-        frame_inputs=(*PROGRAM_INPUTS, "noise"),
-        calls=tuple(calls),
-        outputs=("action",),
-        constants={f"t.{k:02d}": t for k, t in enumerate(times)},
+    plan = prefix_then_steps_plan(
+        Call("backbone", PROGRAM_INPUTS, BACKBONE_OUTPUTS),
+        (*BACKBONE_OUTPUTS, "embodiment_id"),
+        first_sample="noise",
+        sample="actions",
+        chunk="chunk",
+        times=times,
     )
 
     def eager_chunk(frame: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

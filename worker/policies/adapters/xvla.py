@@ -31,10 +31,10 @@ from lerobot.configs import FeatureType
 from lerobot.utils.constants import OBS_LANGUAGE_TOKENS
 
 from worker.fake_weights import is_fake
-from worker.policies.adapters._common import Features, build_policy, config_dict
+from worker.policies.adapters._common import Features, build_policy, config_dict, prefix_then_steps_plan
 from worker.policies.adapters._core_aten import EMPTY_LIKE_SUBSTITUTION, export_core
 from worker.policies.adapters._randomness import SubstitutionMismatch, replay
-from worker.policies.base import Call, ChunkPlan, TracedPolicy
+from worker.policies.base import Call, TracedPolicy
 from worker.policies.observation import example_observation, standard_normal
 from worker.policies.offline import florence2
 from worker.policies.offline.hub import known
@@ -182,18 +182,14 @@ def trace_xvla_with(
         (*outputs, "x1", "action", "t"),
         ("action_next", "chunk"),
     )
-    samples = ["action.init", *(f"action.{k + 1:02d}" for k in range(steps))]
-    calls = [Call("vlm", names, outputs)]
-    for k in range(steps):
-        chunk = "action" if k == steps - 1 else f"chunk.{k + 1:02d}"
-        calls.append(
-            Call("denoise_step", (*outputs, "noise", samples[k], f"t.{k:02d}"), (samples[k + 1], chunk))
-        )
-    plan = ChunkPlan(
-        frame_inputs=(*names, "noise"),
-        calls=tuple(calls),
-        outputs=("action",),
-        constants={"action.init": start, **{f"t.{k:02d}": t for k, t in enumerate(times)}},
+    plan = prefix_then_steps_plan(
+        Call("vlm", names, outputs),
+        (*outputs, "noise"),
+        first_sample="action.init",
+        sample="action",
+        chunk="chunk",
+        times=times,
+        constants={"action.init": start},
     )
 
     def eager_chunk(frame: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
