@@ -4,12 +4,12 @@ export, and a bundle that is written, verifiable by hash, and (for XNNPACK) runs
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from enginedocs import ONE_FRAME, Analyzed
 
 from coverfarm import tracker
 from coverfarm.result import Options, ResultDocument, StageStatus
@@ -17,12 +17,6 @@ from worker.bundle import bundle_digest, load_manifest
 from worker.engine import analyze
 
 pytestmark = pytest.mark.real_policy
-
-
-@pytest.fixture(scope="session")
-def trace_cache() -> Path:
-    """The session's trace cache (tests/conftest.py): each policy is traced once for all its backends."""
-    return Path(os.environ["COVERFARM_TRACE_CACHE"])
 
 
 def check_bundle(doc: ResultDocument) -> dict[str, object]:
@@ -57,16 +51,10 @@ def check_consistent(doc: ResultDocument) -> None:
 
 
 @pytest.fixture(scope="module")
-def act_vulkan(trace_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, ResultDocument]:
+def act_vulkan(analyzed: Analyzed) -> dict[str, ResultDocument]:
     """act lowered for Vulkan with the stock partitioner and with the exact fast one (+ pattern cache)."""
     return {
-        lowering: analyze(
-            "act",
-            "vulkan",
-            Options(lowering=lowering),
-            tmp_path_factory.mktemp(lowering),
-            trace_cache=trace_cache,
-        )
+        lowering: analyzed("act", "vulkan", ONE_FRAME.model_copy(update={"lowering": lowering}))
         for lowering in ("stock", "fast")
     }
 
@@ -100,10 +88,10 @@ def test_act_on_vulkan(act_vulkan: dict[str, ResultDocument]) -> None:
     assert manifest["plan"]["calls"][0]["program"] == "forward"
 
 
-def test_act_on_xnnpack_bundle_runs_on_the_executorch_runtime(trace_cache: Path, tmp_path: Path) -> None:
+def test_act_on_xnnpack_bundle_runs_on_the_executorch_runtime(analyzed: Analyzed) -> None:
     from executorch.runtime import Runtime
 
-    doc = analyze("act", "xnnpack", Options(), tmp_path, trace_cache=trace_cache)
+    doc = analyzed("act", "xnnpack", ONE_FRAME)
     check_consistent(doc)
     assert doc.heavy_macs.on_backend == doc.heavy_macs.total
     manifest = check_bundle(doc)

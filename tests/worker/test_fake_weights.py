@@ -1,25 +1,19 @@
-"""Fake weights give exactly the coverage of real weights: everything but export, on two policies, one
-per backend (the fake-weight path is the same up to the partitioner, which is the backend's own). The
+"""Fake weights give exactly the coverage of real weights: everything but export, for act on both
+backends (the fake-weight path is the same up to the partitioner, which is the backend's own). The
 policy is built under a FakeTensorMode (``worker.fake_weights``), so these numbers can be computed for
 policies whose real weights do not fit the worker."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 import pytest
+from enginedocs import ONE_FRAME, Analyzed
 
 from coverfarm import tracker
-from coverfarm.result import Options, ResultDocument, StageStatus
+from coverfarm.result import ResultDocument, StageStatus
 
 pytestmark = pytest.mark.real_policy
-
-
-@pytest.fixture(scope="session")
-def trace_cache() -> Path:
-    return Path(os.environ["COVERFARM_TRACE_CACHE"])
 
 
 def coverage(doc: ResultDocument) -> dict[str, Any]:
@@ -33,23 +27,11 @@ def coverage(doc: ResultDocument) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize(("policy", "backend"), [("act", "xnnpack"), ("vqbet", "vulkan")])
-def test_fake_weights_give_the_real_coverage(
-    policy: str, backend: str, trace_cache: Path, tmp_path: Path
-) -> None:
-    from worker.engine import analyze
-
-    docs = {
-        weights: analyze(
-            policy,
-            backend,
-            Options(weights=weights, frames=1),
-            tmp_path / weights,
-            trace_cache=trace_cache,
-        )
-        for weights in ("real", "fake")
-    }
-    real, fake = docs["real"], docs["fake"]
+@pytest.mark.parametrize("backend", ["xnnpack", "vulkan"])
+def test_fake_weights_give_the_real_coverage(backend: str, analyzed: Analyzed) -> None:
+    # The real-weight document is the one the engine's own act tests check (tests/worker/enginedocs.py).
+    real = analyzed("act", backend, ONE_FRAME)
+    fake = analyzed("act", backend, ONE_FRAME.model_copy(update={"weights": "fake"}))
     assert real.partition.status is fake.partition.status is StageStatus.OK, (real.partition, fake.partition)
     assert real.ops.total and real.ops.on_backend is not None
     assert coverage(fake) == coverage(real)
