@@ -1,7 +1,8 @@
-"""End to end with the real engine: act on XNNPACK through the farm to a ✓ with its latency, correctness
-figures and speed-up over eager PyTorch timed by a baseline job on the same host, run by a runner
-enrolled with a real token. Its own redis-server and orchestrator
-(on the session's database), so only the real-engine worker takes its lower job."""
+"""End to end with the real engine: act on Vulkan and XNNPACK submitted through the API and lowered by a
+real worker, reported as the tracker's Markdown with the engine's numbers; and the XNNPACK bundle taken
+on to a device ✓ with its latency, correctness figures and speed-up over eager PyTorch timed by a
+baseline job on the same host, run by a runner enrolled with a real token. Its own redis-server and
+orchestrator (on the session's database), so only the real-engine worker takes its lower jobs."""
 
 from __future__ import annotations
 
@@ -13,14 +14,25 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
-from farmtools import ROOT, TOKEN, coverfarm_command, free_port, start_redis, start_server, stop, wait_for
+from farmtools import (
+    ROOT,
+    TOKEN,
+    coverfarm_command,
+    free_port,
+    start_redis,
+    start_server,
+    stop,
+    sweep_done,
+    wait_for,
+)
 from runnertools import child_env_with_engine, run_cli
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from coverfarm.baseline import BaselineResult
+from coverfarm.tracker import backend_title
 from orchestrator.devices.grid import device_cells
-from orchestrator.models import DeviceBaseline, DeviceRun, Sweep
+from orchestrator.models import Cell, DeviceBaseline, DeviceRun, Sweep
 
 CLASS = f"cpu-{os.uname().machine}-xnnpack"
 
@@ -60,7 +72,7 @@ def real_farm(farm_env: dict[str, str], tmp_path: Path) -> Iterator[tuple[dict[s
 
 @pytest.mark.real_policy
 @pytest.mark.timeout(2400)
-def test_act_on_xnnpack_through_the_farm_to_a_device_tick(
+def test_act_through_the_farm_to_tracker_rows_and_a_device_tick(
     real_farm: tuple[dict[str, str], str], farm_sessions: sessionmaker[Session], tmp_path: Path
 ) -> None:
     env, url = real_farm
@@ -76,23 +88,54 @@ def test_act_on_xnnpack_through_the_farm_to_a_device_tick(
         )  # fmt: skip
     try:
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as api:
-            body = {"policies": ["act"], "backends": ["xnnpack"], "device_classes": [CLASS], "timeout_s": 900}
-            sweep_id = api.post("/api/sweeps", json=body).json()["id"]
-            wait_for(lambda: api.get(f"/api/sweeps/{sweep_id}").json()["state"] == "done", 2100, "act")
-            report = api.get(f"/api/sweeps/{sweep_id}/report.md").text
+            body = {
+                "policies": ["act"],
+                "backends": ["vulkan", "xnnpack"],
+                "device_classes": [CLASS],  # an XNNPACK class: the Vulkan cell gets no device run
+                "options": {"lowering": "fast"},
+                "timeout_s": 900,
+            }
+            response = api.post("/api/sweeps", json=body)
+            assert response.status_code == 201, response.text
+            sweep_id = response.json()["id"]
+            sweep = wait_for(lambda: sweep_done(api, sweep_id), 2100, "act on both backends")
+            reports = {
+                backend: api.get(f"/api/sweeps/{sweep_id}/report.md", params={"backend": backend}).text
+                for backend in ("vulkan", "xnnpack")
+            }
     finally:
         stop(runner)
         # Revoked: the session's database outlives this farm, and a live baseline-capable runner of
         # this class would give later sweeps baseline jobs nobody takes.
         run_cli(env, "runner", "revoke", registered.stdout.strip(), "--url", url, "--token", TOKEN)
+    cells = {cell["backend"]: cell for cell in sweep["cells"]}
+    assert set(cells) == {"vulkan", "xnnpack"}
+    for backend, cell in cells.items():
+        assert cell["state"] == "ok", cell["jobs"]
+        result = cell["result"]
+        assert result["export_status"] == "ok"
+        assert result["ops_total"] > 1000  # act has ~1.5k edge ops (tracker)
+        assert 0 < result["ops_on_backend"] <= result["ops_total"]
+        document = result["document"]
+        assert (document["policy"], document["backend"]) == ("act", backend)
+        assert document["options"]["constant_prop"] is True
+        assert document["options"]["lowering"] == "fast"
+        # The row of this backend's tracker body carries the engine's own numbers and its export ✓.
+        assert f"## {backend_title(backend)}: " in reports[backend]
+        rows = [line for line in reports[backend].splitlines() if line.startswith("| act |")]
+        assert len(rows) == 1, reports[backend]
+        assert f"| act | {result['ops_on_backend']} / {result['ops_total']} (" in rows[0]
+        assert [part.strip() for part in rows[0].split("|")][5] == "✓", rows[0]
+
     with farm_sessions() as session:
-        sweep = session.get(Sweep, sweep_id)
-        assert sweep is not None
-        text = device_cells(session, sweep)[("act", "xnnpack")][CLASS]
-        run = session.scalars(select(DeviceRun).where(DeviceRun.cell_id == sweep.cells[0].id)).one()
-        baseline = session.scalars(
-            select(DeviceBaseline).where(DeviceBaseline.cell_id == sweep.cells[0].id)
-        ).one()
+        swept = session.get(Sweep, sweep_id)
+        assert swept is not None
+        xnnpack = next(cell for cell in swept.cells if cell.backend == "xnnpack")
+        text = device_cells(session, swept)[("act", "xnnpack")][CLASS]
+        runs = session.scalars(select(DeviceRun).join(Cell).where(Cell.sweep_id == sweep_id)).all()
+        baseline = session.scalars(select(DeviceBaseline).where(DeviceBaseline.cell_id == xnnpack.id)).one()
+    assert [run.cell_id for run in runs] == [xnnpack.id]  # the Vulkan cell has no run on an XNNPACK class
+    run = runs[0]
     assert baseline.status == "ok" and baseline.median_ms is not None, baseline.error
     assert baseline.device_class == CLASS and baseline.document["policy"] == "act"
     eager = BaselineResult.model_validate(baseline.document)
@@ -108,8 +151,8 @@ def test_act_on_xnnpack_through_the_farm_to_a_device_tick(
     assert lat.method is not None and "eager" in lat.method
     assert run.median_ms is not None
     speedup = f"({baseline.median_ms / run.median_ms:.1f}×)"
-    assert text.startswith("✓ ") and text.endswith(f" ms {speedup}"), (text, report)
-    assert text in report and "eager baseline: PyTorch" in report
+    assert text.startswith("✓ ") and text.endswith(f" ms {speedup}"), (text, reports["xnnpack"])
+    assert text in reports["xnnpack"] and "eager baseline: PyTorch" in reports["xnnpack"]
     document = run.document
     assert run.status == "ok" and run.median_ms is not None and run.median_ms > 0
     assert all(check["passed"] for check in document["testcase"])
