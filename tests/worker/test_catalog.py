@@ -38,3 +38,26 @@ def test_every_lerobot_policy_has_an_adapter_or_a_precise_cause() -> None:
     adapted = set(supported())
     assert adapted.isdisjoint(NO_OFFLINE_BUILD), "an adapter replaces its policy's cause"
     assert adapted | set(NO_OFFLINE_BUILD) == set(catalog.IN_LEROBOT)
+
+
+def test_each_policy_is_registered_by_the_module_the_registry_names() -> None:
+    import worker.policies.adapters  # noqa: F401  (every adapter module: none is left out of the table)
+    from worker.policies import registry
+
+    assert set(registry._ADAPTERS) == set(registry.ADAPTER_MODULES)
+    for name, module in registry.ADAPTER_MODULES.items():
+        assert registry.get_adapter(name).__module__ == f"worker.policies.adapters.{module}", name
+
+
+def test_listing_the_adapters_imports_none_of_them() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from worker.policies.registry import supported; names = supported();"
+        "print(sorted(m for m in sys.modules if m.startswith(('worker.policies.adapters', 'lerobot'))))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300
+    )
+    assert result.stdout.strip() == "[]"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -17,6 +18,23 @@ class Adapter(Protocol):
     def __call__(self, *, seed: int, checkpoint: Path | None) -> TracedPolicy: ...
 
 
+# policy type -> the module of worker.policies.adapters whose import registers its adapter. A module is
+# imported on first use only: each imports LeRobot's (and transformers') modeling code for its policy,
+# and all of them together take tens of seconds, which every analyze call and trace child would pay.
+ADAPTER_MODULES: dict[str, str] = {
+    "act": "act",
+    "diffusion": "diffusion",
+    "gaussian_actor": "gaussian_actor",
+    "groot": "groot",
+    "multi_task_dit": "multi_task_dit",
+    "pi0": "openpi",
+    "pi05": "openpi",
+    "smolvla": "smolvla",
+    "tdmpc": "tdmpc",
+    "vqbet": "vqbet",
+    "xvla": "xvla",
+}
+
 _ADAPTERS: dict[str, Adapter] = {}
 
 
@@ -30,21 +48,18 @@ def register(name: str) -> Callable[[Adapter], Adapter]:
     return decorate
 
 
-def _load_all() -> None:
-    # Importing the adapter modules registers them; kept lazy so that listing names stays cheap.
-    from worker.policies import adapters  # noqa: F401
-
-
 def supported() -> list[str]:
-    _load_all()
-    return sorted(_ADAPTERS)
+    """The policy types with an adapter (no adapter module is imported)."""
+    return sorted(ADAPTER_MODULES)
 
 
 def get_adapter(name: str) -> Adapter:
-    _load_all()
+    """The adapter of ``name``, importing its module (and only its module) on first use."""
+    module = ADAPTER_MODULES.get(name)
+    if module is None:
+        raise UnsupportedPolicyError(f"no adapter for policy {name!r}; adapters: {', '.join(supported())}")
+    importlib.import_module(f"worker.policies.adapters.{module}")
     try:
         return _ADAPTERS[name]
     except KeyError:
-        raise UnsupportedPolicyError(
-            f"no adapter for policy {name!r}; adapters: {', '.join(sorted(_ADAPTERS))}"
-        ) from None
+        raise RuntimeError(f"worker.policies.adapters.{module} registers no adapter for {name!r}") from None
