@@ -8,6 +8,8 @@ BIN := $(VENV)/bin
 PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12.*/bin/python3.12) $(wildcard /usr/local/bin/python3.12 /usr/bin/python3.12))
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# Test processes (pytest-xdist): one per core here; tests/conftest.py keeps each file in one process.
+PYTEST_WORKERS ?= 2
 
 .PHONY: help install run test lint typecheck unit bench clean
 
@@ -39,7 +41,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 test: lint typecheck unit
 

@@ -1,12 +1,42 @@
 """Test-session settings shared by every test directory.
 
 All tests (and the worker processes they start, which inherit the environment) share one trace cache
-for the session, so that each real policy is traced once however many tests and backends use it.
+for the session, so that each real policy is traced once however many tests and backends use it; with
+pytest-xdist (``make test`` runs two workers), the workers of one run share it too.
+
+Under xdist (``--dist loadgroup``) each test file is one unit of work, so a file's module and session
+fixtures are built once, by the worker that runs it; files that share session fixtures are one unit
+(``SHARED_UNITS``). Files with real-policy tests come first, so that the longest units start at once and
+the quick ones fill in around them.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+from pathlib import Path
 
-os.environ.setdefault("COVERFARM_TRACE_CACHE", tempfile.mkdtemp(prefix="coverfarm-traces-"))
+import pytest
+
+_RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+if _RUN is None:
+    os.environ.setdefault("COVERFARM_TRACE_CACHE", tempfile.mkdtemp(prefix="coverfarm-traces-"))
+else:  # one cache for the run's workers; the engine writes each trace by an atomic rename
+    shared = Path(tempfile.gettempdir()) / f"coverfarm-traces-{_RUN}"
+    shared.mkdir(exist_ok=True)
+    os.environ.setdefault("COVERFARM_TRACE_CACHE", str(shared))
+
+# file -> the file whose unit it joins (tests/worker/enginedocs.py: the act documents both check)
+SHARED_UNITS = {"tests/worker/test_fake_weights.py": "tests/worker/test_engine_real.py"}
+
+
+def _file(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    heavy = {_file(item) for item in items if item.get_closest_marker("real_policy")}
+    items.sort(key=lambda item: _file(item) not in heavy)  # stable: each file keeps its order
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(SHARED_UNITS.get(_file(item), _file(item))))

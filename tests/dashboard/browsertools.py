@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import dashtools  # puts the farm's helpers (farmtools, standin_engine) on sys.path
 import httpx
 import pytest
+from dbtools import session_broker
 from farmtools import ROOT, child_env, coverfarm_command, free_port, stop
 
 from coverfarm.settings import Settings
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
 
 LIVE_DATABASE = "coverfarm_test_dashboard_live"
-LIVE_BROKER = "redis://127.0.0.1:6379/11"
+LIVE_BROKER = session_broker(11)
 CHROMIUM = os.environ.get("COVERFARM_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("COVERFARM_CHROMEDRIVER", "/usr/bin/chromedriver")
 # The flags the farm's machines need: no sandbox (root in a container), nothing fetched in the background.

@@ -18,7 +18,7 @@ import dashtools  # before dbtools and farmtools: it puts their directories on s
 import httpx
 import pytest
 import redis
-from dbtools import recreate_database
+from dbtools import recreate_database, session_broker
 from farmtools import stop
 from fastapi.testclient import TestClient
 from sqlalchemy import Connection, Engine, create_engine
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
 
 DATABASE = "coverfarm_test_dashboard"
-BROKER = "redis://127.0.0.1:6379/12"
+BROKER = session_broker(12)
 TOKEN = "dashboard-test-token"
 
 

@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent / "farm"), str(HERE.parent / "orchestrator")]
 
-from dbtools import recreate_database  # noqa: E402
+from dbtools import recreate_database, session_broker  # noqa: E402
 from farmtools import (  # noqa: E402
     ROOT,
     TOKEN,
@@ -46,7 +46,7 @@ from orchestrator.db import make_engine, make_sessionmaker  # noqa: E402
 from orchestrator.migrate import upgrade  # noqa: E402
 
 API_DATABASE = "coverfarm_test_devices_api"
-API_BROKER = "redis://127.0.0.1:6379/12"
+API_BROKER = session_broker(12)
 API_TOKEN = "devices-admin-token"
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 FARM_PREFIX = "coverfarm_test_devfarm_"

@@ -1,5 +1,6 @@
 """Fixtures for the orchestrator's tests: a real Postgres migrated by Alembic, one rolled-back
-transaction per test, the app bound to it, and a real Redis (database 13) as the broker."""
+transaction per test, the app bound to it, and a real Redis (database 13, or its xdist worker's
+shifted one: ``dbtools.session_broker``) as the broker."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis
-from dbtools import recreate_database
+from dbtools import recreate_database, session_broker
 from fastapi.testclient import TestClient
 from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -17,7 +18,7 @@ from orchestrator.app import create_app
 from orchestrator.migrate import upgrade
 
 DATABASE = "coverfarm_test_api"
-BROKER = "redis://127.0.0.1:6379/13"
+BROKER = session_broker(13)
 TOKEN = "test-admin-token"
 
 
