@@ -1,8 +1,10 @@
 """Test-session settings shared by every test directory.
 
 All tests (and the worker processes they start, which inherit the environment) share one trace cache
-for the session, so that each real policy is traced once however many tests and backends use it; with
-pytest-xdist (``make test`` runs two workers), the workers of one run share it too.
+for the session, so that each real policy is traced once however many tests and backends use it. Under
+pytest-xdist (``make test`` runs two worker processes) the controller loads this file first and the
+workers inherit its environment, so they share the cache too (the engine writes each trace by an atomic
+rename).
 
 Under xdist (``--dist loadgroup``) each test file is one unit of work, so a file's module and session
 fixtures are built once, by the worker that runs it; files that share session fixtures are one unit
@@ -14,17 +16,10 @@ from __future__ import annotations
 
 import os
 import tempfile
-from pathlib import Path
 
 import pytest
 
-_RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-if _RUN is None:
-    os.environ.setdefault("COVERFARM_TRACE_CACHE", tempfile.mkdtemp(prefix="coverfarm-traces-"))
-else:  # one cache for the run's workers; the engine writes each trace by an atomic rename
-    shared = Path(tempfile.gettempdir()) / f"coverfarm-traces-{_RUN}"
-    shared.mkdir(exist_ok=True)
-    os.environ.setdefault("COVERFARM_TRACE_CACHE", str(shared))
+os.environ.setdefault("COVERFARM_TRACE_CACHE", tempfile.mkdtemp(prefix="coverfarm-traces-"))
 
 # file -> the file whose unit it joins (tests/worker/enginedocs.py: the act documents both check)
 SHARED_UNITS = {"tests/worker/test_fake_weights.py": "tests/worker/test_engine_real.py"}
