@@ -10,10 +10,6 @@ error and never a missing row; an adapter in ``worker/policies/adapters`` replac
 from __future__ import annotations
 
 NO_OFFLINE_BUILD: dict[str, str] = {
-    "eo1": (
-        "EO1Config fetches the Qwen/Qwen2.5-VL-3B-Instruct config from the hub (configuration_eo1.py:125) "
-        "and the policy downloads its ~3.8 B bf16 weights unless pretrained_path is set"
-    ),
     "evo1": (
         "the InternVL3 embedder loads OpenGVLab/InternVL3-1B-hf's tokenizer and weights from the hub "
         "(internvl3_embedder.py:132); there is no config-only path"

@@ -24,6 +24,7 @@ class Adapter(Protocol):
 ADAPTER_MODULES: dict[str, str] = {
     "act": "act",
     "diffusion": "diffusion",
+    "eo1": "eo1",
     "gaussian_actor": "gaussian_actor",
     "groot": "groot",
     "multi_task_dit": "multi_task_dit",

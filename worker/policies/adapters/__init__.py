@@ -3,6 +3,7 @@
 from worker.policies.adapters import (  # noqa: F401
     act,
     diffusion,
+    eo1,
     gaussian_actor,
     groot,
     multi_task_dit,
