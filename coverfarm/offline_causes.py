@@ -26,11 +26,6 @@ NO_OFFLINE_BUILD: dict[str, str] = {
         "snapshot_download('allenai/MolmoAct2') of the whole checkpoint, then a strict weight-key check: "
         "no random-weight path (modeling_molmoact2.py:86)"
     ),
-    "pi0_fast": (
-        "PI0FastPolicy loads the FAST action tokenizer (lerobot/fast-action-tokenizer) and PaliGemma's "
-        "tokenizer from the hub in its constructor (modeling_pi0_fast.py:764); its decoding is an "
-        "autoregressive loop of up to 256 tokens over a growing KV cache"
-    ),
     "vla_jepa": (
         "loads Qwen/Qwen3-VL-2B-Instruct and facebook/vjepa2-vitl-fpc64-256 weights and processors from "
         "the hub (qwen_interface.py:37, modeling_vla_jepa.py:105)"

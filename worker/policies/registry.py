@@ -30,6 +30,7 @@ ADAPTER_MODULES: dict[str, str] = {
     "multi_task_dit": "multi_task_dit",
     "pi0": "openpi",
     "pi05": "openpi",
+    "pi0_fast": "pi0_fast",
     "smolvla": "smolvla",
     "tdmpc": "tdmpc",
     "vqbet": "vqbet",

@@ -8,6 +8,7 @@ from worker.policies.adapters import (  # noqa: F401
     groot,
     multi_task_dit,
     openpi,
+    pi0_fast,
     smolvla,
     tdmpc,
     vqbet,
