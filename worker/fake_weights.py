@@ -7,12 +7,16 @@ inputs), ``to_edge``, ``constant_prop_pass`` and the partitioners work on shapes
 all the coverage columns depend on. What needs values cannot run: eager references, and the
 serialization of constants into a ``.pte``.
 
-Three places where PyTorch and ExecuTorch assume real weights are worked around here, each in one
+Four places where PyTorch and ExecuTorch assume real weights are worked around here, each in one
 function:
 
 * ``Module.to()`` / ``_apply`` always swaps a ``FakeTensor`` parameter in place with
   ``torch.utils.swap_tensors``, which refuses a tensor that has a weak reference, and every fake
   parameter has one (torch 2.14): ``building_fake`` replaces the parameter object instead.
+* ``torch.nn.init.trunc_normal_`` draws by rejection, looping on ``mask.any()`` (torch 2.14,
+  ``torch/nn/init.py``), which a fake tensor cannot answer (``DataDependentOutputException``): SigLIP's
+  initialisation (pi0, pi05, pi0_fast) does. ``building_fake`` skips the draw for fake tensors, which
+  hold no values; real tensors are drawn as usual.
 * ``torch.export.save`` writes a fake tensor's (absent) storage as if it were real and the file does
   not load back: ``to_meta`` swaps the weights for meta tensors before saving, ``from_meta`` turns
   them into fake tensors of the loaded program's own fake mode after loading.
@@ -58,13 +62,19 @@ def building_fake() -> Iterator[FakeTensorMode]:
     and treated as constants (``allow_non_fake_inputs``).
     """
     mode = FakeTensorMode(allow_non_fake_inputs=True)
-    original = torch.nn.Module._apply
+    original_apply, original_trunc_normal = torch.nn.Module._apply, torch.nn.init._no_grad_trunc_normal_
+
+    def trunc_normal(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return tensor if is_fake(tensor) else original_trunc_normal(tensor, *args, **kwargs)
+
     torch.nn.Module._apply = _apply_replacing  # type: ignore[method-assign]
+    torch.nn.init._no_grad_trunc_normal_ = trunc_normal
     try:
         with mode:
             yield mode
     finally:
-        torch.nn.Module._apply = original  # type: ignore[method-assign]
+        torch.nn.Module._apply = original_apply  # type: ignore[method-assign]
+        torch.nn.init._no_grad_trunc_normal_ = original_trunc_normal
 
 
 def is_fake(tensor: object) -> bool:

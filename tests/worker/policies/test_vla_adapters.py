@@ -293,6 +293,19 @@ def test_openpi_small(name: str) -> None:
     assert check_plan(policy).shape == (1, 10, 32)
 
 
+@pytest.mark.usefixtures("tiny_openpi")
+def test_openpi_small_builds_with_fake_weights() -> None:
+    # SigLIP's truncated-normal initialisation cannot run on fake tensors as torch writes it
+    # (worker.fake_weights.building_fake): the full-size pi0 and pi05 are built with fake weights.
+    from worker.fake_weights import building_fake, is_fake
+
+    overrides = {"num_inference_steps": 2, "chunk_size": 10, "n_action_steps": 10}
+    with building_fake():
+        policy = openpi.trace_openpi("pi0", seed=0, checkpoint=None, overrides=overrides)
+    assert policy.plan.runs_per_chunk() == {"prefix": 1, "denoise_step": 2}
+    assert all(is_fake(value) for value in policy.program("prefix").exported.state_dict.values())
+
+
 def test_openpi_rejects_other_types(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not an openpi flow-matching policy: 'act'"):
         openpi.trace_openpi("act", seed=0, checkpoint=None)

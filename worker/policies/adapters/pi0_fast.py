@@ -62,10 +62,8 @@ rejects every chunk (the tokens do not start with ``Action:``), so the reference
 Sampling (``temperature > 0``), decoding without the cache (``use_kv_cache=False``) and real-time
 chunking are not traced.
 
-Building with fake weights (``weights: fake``): SigLIP's initialisation draws truncated normals by
-rejection (``torch.nn.init._no_grad_trunc_normal_`` loops on ``mask.any()``), which a fake tensor cannot
-answer (``DataDependentOutputException``); while the policy is built that draw is skipped for fake
-tensors, which hold no values. Real tensors are drawn as before, so real weights are unchanged.
+Building with fake weights (``weights: fake``) goes through ``worker.fake_weights.building_fake``, which
+also lets SigLIP's truncated-normal initialisation run on fake tensors.
 """
 
 from __future__ import annotations
@@ -74,13 +72,11 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import torch
 from lerobot.configs import FeatureType
 from lerobot.utils.constants import OBS_LANGUAGE_ATTENTION_MASK, OBS_LANGUAGE_TOKENS, OBS_STATE
 
-from worker.fake_weights import is_fake
 from worker.policies.adapters._common import Features, build_policy, config_dict
 from worker.policies.adapters._core_aten import EMPTY_LIKE_SUBSTITUTION, export_core
 from worker.policies.base import Call, ChunkPlan, TracedPolicy
@@ -322,20 +318,6 @@ def prompt(state: torch.Tensor, max_state_dim: int) -> str:
 
 
 @contextlib.contextmanager
-def _fake_safe_trunc_normal() -> Iterator[None]:
-    """SigLIP's initialisation draws truncated normals by rejection (torch's ``_no_grad_trunc_normal_``
-    loops on ``mask.any()``), which a fake tensor cannot answer: under fake weights (``weights: fake``)
-    the draw is skipped, as a fake tensor holds no values; real tensors are drawn as usual."""
-    real = torch.nn.init._no_grad_trunc_normal_
-
-    def draw(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        return tensor if is_fake(tensor) else real(tensor, *args, **kwargs)
-
-    with mock.patch.object(torch.nn.init, "_no_grad_trunc_normal_", draw):
-        yield
-
-
-@contextlib.contextmanager
 def _real_tensors() -> Iterator[None]:
     """Frames (numpy prompts from the state) are built from real tensors, also under fake weights."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
@@ -348,7 +330,7 @@ def trace_pi0_fast_with(
     *, seed: int, checkpoint: Path | None, overrides: Mapping[str, Any] | None = None
 ) -> TracedPolicy:
     """The adapter, with config ``overrides`` (the tests' small configs use the same code path)."""
-    with offline_pi0_fast(), _fake_safe_trunc_normal():
+    with offline_pi0_fast():
         policy: Any = build_policy(
             "pi0_fast", seed=seed, checkpoint=checkpoint, features=FEATURES, overrides=overrides
         )
