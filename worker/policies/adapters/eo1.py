@@ -81,6 +81,7 @@ from lerobot.utils.constants import OBS_STATE
 from worker.fake_weights import is_fake
 from worker.policies.adapters._common import Features, build_policy, config_dict
 from worker.policies.adapters._flow import EulerStep, dynamic_cache, stacked_cache, trace_flow_matching
+from worker.policies.adapters._qwen_vl import overridden, placeholder_mask
 from worker.policies.adapters._randomness import SubstitutionMismatch
 from worker.policies.base import TracedPolicy
 from worker.policies.observation import example_observation
@@ -344,18 +345,6 @@ def static_vision_forward(visual: Any, tables: VisionTables) -> Callable[..., An
     return forward
 
 
-@contextlib.contextmanager
-def overridden(overrides: Mapping[tuple[Any, str], Callable[..., Any]]) -> Iterator[None]:
-    """Inside the block each ``(owner, name)`` has the given instance attribute (a method override)."""
-    for (owner, name), value in overrides.items():
-        owner.__dict__[name] = value
-    try:
-        yield
-    finally:
-        for owner, name in overrides:
-            owner.__dict__.pop(name, None)
-
-
 def static_vision_overrides(visual: Any, tables: VisionTables) -> dict[tuple[Any, str], Callable[..., Any]]:
     """The vision tower's forward and each block's attention forward, static for ``tables``' grid."""
     overrides: dict[tuple[Any, str], Callable[..., Any]] = {
@@ -375,16 +364,6 @@ def static_prefix(policy: Any, tables: VisionTables) -> Iterator[None]:
     qwen = model.vlm_backbone.model
     config = qwen.config
     visual = qwen.visual
-
-    def placeholder_mask(
-        input_ids: torch.Tensor,
-        inputs_embeds: torch.Tensor,
-        image_features: torch.Tensor | None = None,
-        video_features: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        image = (input_ids == config.image_token_id).unsqueeze(-1).expand_as(inputs_embeds)
-        video = (input_ids == config.video_token_id).unsqueeze(-1).expand_as(inputs_embeds)
-        return image, video
 
     def eo1_placeholder_mask(
         input_ids: torch.Tensor,
@@ -408,7 +387,7 @@ def static_prefix(policy: Any, tables: VisionTables) -> Iterator[None]:
 
     overrides: dict[tuple[Any, str], Callable[..., Any]] = {
         (model, "get_placeholder_mask"): eo1_placeholder_mask,
-        (qwen, "get_placeholder_mask"): placeholder_mask,
+        (qwen, "get_placeholder_mask"): placeholder_mask(config),
         (qwen, "get_image_features"): image_features,
         **static_vision_overrides(visual, tables),
     }

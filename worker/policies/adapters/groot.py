@@ -68,6 +68,7 @@ from torch.overrides import TorchFunctionMode
 from worker.fake_weights import is_fake
 from worker.policies.adapters._common import Features, build_policy, config_dict, prefix_then_steps_plan
 from worker.policies.adapters._core_aten import EMPTY_LIKE_SUBSTITUTION, export_core
+from worker.policies.adapters._qwen_vl import overridden, placeholder_mask
 from worker.policies.adapters._randomness import SubstitutionMismatch, replay
 from worker.policies.base import Call, TracedPolicy
 from worker.policies.observation import example_observation, standard_normal
@@ -305,16 +306,6 @@ def static_backbone(
     tokens = [n // visual.spatial_merge_size**2 for n in patches]
     frames = sum(t for t, _, _ in image_grid_thw)
 
-    def placeholder_mask(
-        input_ids: torch.Tensor,
-        inputs_embeds: torch.Tensor,
-        image_features: torch.Tensor | None = None,
-        video_features: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        image = (input_ids == config.image_token_id).unsqueeze(-1).expand_as(inputs_embeds)
-        video = (input_ids == config.video_token_id).unsqueeze(-1).expand_as(inputs_embeds)
-        return image, video
-
     def image_features(pixel_values: torch.Tensor, image_grid_thw: torch.Tensor, **kwargs: Any) -> Any:
         # Qwen3VLModel.get_image_features with the per-image token counts as Python ints.
         pixel_values = pixel_values.type(visual.dtype)
@@ -328,7 +319,7 @@ def static_backbone(
 
     overrides: dict[tuple[Any, str], Callable[..., Any]] = {
         (backbone, "_ensure_legacy_qwen3_position_ids"): given_position_ids,
-        (qwen, "get_placeholder_mask"): placeholder_mask,
+        (qwen, "get_placeholder_mask"): placeholder_mask(config),
         (qwen, "get_image_features"): image_features,
         (visual, "fast_pos_embed_interpolate"): pos_embed,
         (visual, "forward"): _with_grid(
@@ -336,13 +327,8 @@ def static_backbone(
         ),
         (qwen.language_model, "_deepstack_process"): _static_deepstack,
     }
-    for (owner, name), value in overrides.items():
-        owner.__dict__[name] = value
-    try:
+    with overridden(overrides):
         yield
-    finally:
-        for owner, name in overrides:
-            owner.__dict__.pop(name, None)
 
 
 class _Backbone(torch.nn.Module):
