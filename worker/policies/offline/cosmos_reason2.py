@@ -12,12 +12,12 @@ ids. Coverage depends on the ids' count and range, not on which words they spell
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
+from worker.policies.offline.qwen_vl_prompt import IMAGE_TOKEN, prompt_ids, with_image_tokens
 from worker.policies.offline.tokens import StandInTokenizer
 
 COSMOS_REASON2_2B = "nvidia/Cosmos-Reason2-2B"
@@ -47,13 +47,9 @@ SPECIAL_IDS: dict[str, int] = {
     "<|video_pad|>": 151656,
 }
 TEMPLATE_IDS: dict[str, int] = {"user": 872, "\n": 198}
-IMAGE_TOKEN = "<|image_pad|>"
 TOKENIZER = StandInTokenizer(
     checkpoint=COSMOS_REASON2_2B, vocab_size=151936, pad=151643, first=256, last=151643
 )
-
-_SPECIAL = re.compile("(" + "|".join(re.escape(token) for token in SPECIAL_IDS) + ")")
-_PIECES = re.compile(r"\n|[^\s]+")
 
 
 class StandInQwen3VLProcessor:
@@ -93,14 +89,7 @@ class StandInQwen3VLProcessor:
         return text
 
     def token_ids(self, text: str) -> list[int]:
-        ids: list[int] = []
-        for piece in _SPECIAL.split(text):
-            if piece in SPECIAL_IDS:
-                ids.append(SPECIAL_IDS[piece])
-                continue
-            for word in _PIECES.findall(piece):
-                ids.append(TEMPLATE_IDS.get(word, 0) or self.tokenizer.word_ids(word)[0])
-        return ids
+        return prompt_ids(text, SPECIAL_IDS, TEMPLATE_IDS, self.tokenizer)
 
     def __call__(
         self,
@@ -113,19 +102,6 @@ class StandInQwen3VLProcessor:
         if len(text) != 1:
             raise NotImplementedError("the stand-in processes a batch of one prompt")
         encoded = self.image_processor(images=list(images), return_tensors=return_tensors)
-        merge = self.image_processor.merge_size**2
-        counts = [int(n) // merge for n in encoded["image_grid_thw"].prod(-1).tolist()]
-        pieces = text[0].split(IMAGE_TOKEN)
-        if len(pieces) != len(counts) + 1:
-            raise ValueError(f"{len(pieces) - 1} image tokens in the prompt for {len(counts)} images")
-        ids = self.token_ids(pieces[0])
-        for count, piece in zip(counts, pieces[1:], strict=True):
-            ids += [SPECIAL_IDS[IMAGE_TOKEN]] * count + self.token_ids(piece)
-        input_ids = torch.tensor([ids], dtype=torch.long)
-        return {
-            "input_ids": input_ids,
-            "attention_mask": torch.ones_like(input_ids),
-            "mm_token_type_ids": (input_ids == SPECIAL_IDS[IMAGE_TOKEN]).long(),
-            "pixel_values": encoded["pixel_values"],
-            "image_grid_thw": encoded["image_grid_thw"],
-        }
+        return with_image_tokens(
+            text[0], encoded, self.image_processor.merge_size, SPECIAL_IDS[IMAGE_TOKEN], self.token_ids
+        )

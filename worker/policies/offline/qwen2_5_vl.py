@@ -13,12 +13,12 @@ count and range, not on which words they spell.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
 
+from worker.policies.offline.qwen_vl_prompt import IMAGE_TOKEN, prompt_ids, with_image_tokens
 from worker.policies.offline.tokens import StandInTokenizer
 
 QWEN2_5_VL_3B = "Qwen/Qwen2.5-VL-3B-Instruct"
@@ -119,10 +119,7 @@ SPECIAL_IDS: dict[str, int] = {
     "<|file_sep|>": 151664,
 }
 TEMPLATE_IDS: dict[str, int] = {"system": 8948, "user": 872, "assistant": 77091, "\n": 198}
-IMAGE_TOKEN = "<|image_pad|>"
 WORDS = StandInTokenizer(checkpoint=QWEN2_5_VL_3B, vocab_size=151936, pad=151643, first=256, last=151643)
-
-_PIECES = re.compile(r"\n|[^\s]+")
 
 
 class StandInQwen2Tokenizer:
@@ -157,15 +154,7 @@ class StandInQwen2Tokenizer:
         return self.special_ids[token]
 
     def ids(self, text: str) -> list[int]:
-        special = re.compile("(" + "|".join(re.escape(token) for token in self.special_ids) + ")")
-        ids: list[int] = []
-        for piece in special.split(text):
-            if piece in self.special_ids:
-                ids.append(self.special_ids[piece])
-                continue
-            for word in _PIECES.findall(piece):
-                ids.append(TEMPLATE_IDS.get(word, 0) or self.words.word_ids(word)[0])
-        return ids
+        return prompt_ids(text, self.special_ids, TEMPLATE_IDS, self.words)
 
 
 class StandInQwen2_5_VLProcessor:
@@ -231,23 +220,8 @@ class StandInQwen2_5_VLProcessor:
             else {"min_pixels": min_pixels, "max_pixels": max_pixels}
         )
         encoded = self.image_processor(images=images, return_tensors="pt", **sizes)
-        merge = self.image_processor.merge_size**2
-        counts = [int(n) // merge for n in encoded["image_grid_thw"].prod(-1).tolist()]
-        pieces = text.split(IMAGE_TOKEN)
-        if len(pieces) != len(counts) + 1:
-            raise ValueError(f"{len(pieces) - 1} image tokens in the prompt for {len(counts)} images")
         image_id = self.tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)
-        ids = self.tokenizer.ids(pieces[0])
-        for count, piece in zip(counts, pieces[1:], strict=True):
-            ids += [image_id] * count + self.tokenizer.ids(piece)
-        input_ids = torch.tensor([ids], dtype=torch.long)
-        return {
-            "input_ids": input_ids,
-            "attention_mask": torch.ones_like(input_ids),
-            "mm_token_type_ids": (input_ids == image_id).long(),
-            "pixel_values": encoded["pixel_values"],
-            "image_grid_thw": encoded["image_grid_thw"],
-        }
+        return with_image_tokens(text, encoded, self.image_processor.merge_size, image_id, self.tokenizer.ids)
 
 
 PROCESSORS: dict[str, type[StandInQwen2_5_VLProcessor]] = {QWEN2_5_VL_3B: StandInQwen2_5_VLProcessor}
