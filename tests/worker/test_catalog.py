@@ -41,23 +41,41 @@ def test_every_lerobot_policy_has_an_adapter_or_a_precise_cause() -> None:
 
 
 def test_each_policy_is_registered_by_the_module_the_registry_names() -> None:
-    import worker.policies.adapters  # noqa: F401  (every adapter module: none is left out of the table)
+    import importlib
+    import pkgutil
+
+    import worker.policies.adapters as package
     from worker.policies import registry
 
+    modules = {
+        found.name for found in pkgutil.iter_modules(package.__path__) if not found.name.startswith("_")
+    }
+    assert modules == set(registry.ADAPTER_MODULES.values()), "every adapter module is in the table"
+    for module in modules:
+        importlib.import_module(f"{package.__name__}.{module}")
     assert set(registry._ADAPTERS) == set(registry.ADAPTER_MODULES)
     for name, module in registry.ADAPTER_MODULES.items():
         assert registry.get_adapter(name).__module__ == f"worker.policies.adapters.{module}", name
 
 
-def test_listing_the_adapters_imports_none_of_them() -> None:
+def test_listing_the_adapters_imports_none_and_getting_one_imports_only_it() -> None:
     import subprocess
     import sys
 
-    code = (
-        "import sys; from worker.policies.registry import supported; names = supported();"
-        "print(sorted(m for m in sys.modules if m.startswith(('worker.policies.adapters', 'lerobot'))))"
-    )
+    code = """
+import sys
+from worker.policies.registry import get_adapter, supported
+
+def adapters():
+    prefixes = ("worker.policies.adapters.", "lerobot")
+    return sorted(m for m in sys.modules if m.startswith(prefixes) and "._" not in m)
+
+supported()
+print(adapters())
+get_adapter("act")
+print([m for m in adapters() if m.startswith("worker.")])
+"""
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300
     )
-    assert result.stdout.strip() == "[]"
+    assert result.stdout.splitlines()[:2] == ["[]", "['worker.policies.adapters.act']"]

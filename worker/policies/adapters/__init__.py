@@ -1,16 +1,3 @@
-"""Policy adapters: importing this package registers one adapter per supported LeRobot policy type."""
-
-from worker.policies.adapters import (  # noqa: F401
-    act,
-    diffusion,
-    eo1,
-    gaussian_actor,
-    groot,
-    multi_task_dit,
-    openpi,
-    pi0_fast,
-    smolvla,
-    tdmpc,
-    vqbet,
-    xvla,
-)
+"""Policy adapters, one module per LeRobot policy type (openpi serves pi0 and pi05). Importing the package
+imports none of them: ``worker.policies.registry.ADAPTER_MODULES`` names each policy's module, imported on
+first use."""
