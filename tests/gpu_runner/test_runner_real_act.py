@@ -1,5 +1,6 @@
-"""The runner on a real bundle: act lowered for XNNPACK by ``coverfarm analyze``, run by
-``coverfarm runner run-bundle`` (both as the user types them; the trace cache is the session's)."""
+"""The runner on a real bundle: a small act checkpoint lowered for XNNPACK by ``coverfarm analyze``, run by
+``coverfarm runner run-bundle`` (both as the user types them; the trace cache is the session's). The
+full-size act goes the same way through the farm in tests/devices/test_farm_real_act.py."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from runnerhelp import ROOT
+from small_checkpoints import SMALL_ACT, SMALL_ACT_FEATURES, save_small_checkpoint
 
 from gpu_runner.result import DeviceResult
 
@@ -18,8 +20,10 @@ COVERFARM = [sys.executable, "-m", "coverfarm"]
 
 @pytest.mark.real_policy
 def test_act_xnnpack_bundle_runs_and_matches_eager(tmp_path: Path) -> None:
+    checkpoint = save_small_checkpoint(tmp_path / "act", "act", SMALL_ACT_FEATURES, **SMALL_ACT)
+    command = ["analyze", "--policy", "act", "--backend", "xnnpack", "--checkpoint", str(checkpoint)]
     analyze = subprocess.run(
-        [*COVERFARM, "analyze", "--policy", "act", "--backend", "xnnpack", "--out", str(tmp_path), "--json"],
+        [*COVERFARM, *command, "--out", str(tmp_path / "out"), "--json"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from enginedocs import ONE_FRAME, Analyzed
+from small_checkpoints import SMALL_DIFFUSION, SMALL_DIFFUSION_FEATURES, save_small_checkpoint
 
 from coverfarm import tracker
 from coverfarm.result import Options, ResultDocument, StageStatus
@@ -117,17 +118,22 @@ def test_act_on_xnnpack_bundle_runs_on_the_executorch_runtime(analyzed: Analyzed
 def test_denoising_policy_on_vulkan_weights_the_step_program_by_its_runs(
     trace_cache: Path, tmp_path: Path
 ) -> None:
-    # Two reference frames instead of 16: a multi_task_dit chunk is 100 eager DiT steps, and the frame
-    # count is recorded in the trace and the bundle's manifest.
-    doc = analyze("multi_task_dit", "vulkan", Options(frames=2), tmp_path, trace_cache=trace_cache)
+    # A small diffusion checkpoint (4 DDPM steps, a two-level U-Net): the subject is the weighting of the
+    # step program by its runs, which the policy's size does not change. Two reference frames instead of
+    # 16; the frame count is recorded in the trace and the bundle's manifest.
+    checkpoint = save_small_checkpoint(
+        tmp_path / "diffusion", "diffusion", SMALL_DIFFUSION_FEATURES, **SMALL_DIFFUSION
+    )
+    options = Options(frames=2, checkpoint=str(checkpoint))
+    doc = analyze("diffusion", "vulkan", options, tmp_path / "out", trace_cache=trace_cache)
     check_consistent(doc)
     runs = {p.name: p.runs_per_chunk for p in doc.program_list}
-    assert runs == {"observation": 1, "denoise_step": 100}
+    assert runs == {"observation": 1, "denoise_step": 4}
     step = next(p for p in doc.program_list if p.name == "denoise_step")
     assert step.macs is not None and doc.heavy_macs.total is not None
-    assert doc.heavy_macs.total > 100 * step.macs  # the step's math counts once per denoising step
+    assert doc.heavy_macs.total > 4 * step.macs  # the step's math counts once per denoising step
     assert doc.trace_info is not None and doc.trace_info.frames == 2
     assert doc.trace_info.substitutions, "the scheduler update inside the step program is recorded"
     manifest = check_bundle(doc)
     assert manifest["frames"] == 2
-    assert [c["program"] for c in manifest["plan"]["calls"]].count("denoise_step") == 100
+    assert [c["program"] for c in manifest["plan"]["calls"]].count("denoise_step") == 4

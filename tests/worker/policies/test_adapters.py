@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +22,9 @@ import pytest
 import torch
 from diffusers import DDPMScheduler
 from lerobot.configs import FeatureType, PolicyFeature
-from lerobot.policies.factory import get_policy_class, make_policy_config
+from small_checkpoints import SMALL_DIFFUSION, SMALL_DIFFUSION_FEATURES, save_small_checkpoint
 
-from worker.policies.adapters import multi_task_dit
-from worker.policies.adapters._common import policy_features
+from worker.policies.adapters._common import Features, policy_features
 from worker.policies.adapters._ddpm import DDPMStep
 from worker.policies.adapters._randomness import SubstitutionMismatch, record, replay
 from worker.policies.base import ChunkPlan, TracedPolicy
@@ -259,42 +258,15 @@ def test_multi_task_dit_default() -> None:
 
 
 @pytest.fixture
-def small_checkpoint(tmp_path: Path) -> Iterator[Callable[..., Path]]:
-    def save(policy_type: str, features: dict[str, PolicyFeature], **overrides: object) -> Path:
-        config = make_policy_config(
-            policy_type,
-            input_features={k: v for k, v in features.items() if v.type is not FeatureType.ACTION},
-            output_features={k: v for k, v in features.items() if v.type is FeatureType.ACTION},
-            device="cpu",
-            **overrides,
-        )
-        torch.manual_seed(1)
-        with multi_task_dit.offline_clip_towers():
-            policy = get_policy_class(policy_type)(config=config)
-        path = tmp_path / policy_type
-        policy.save_pretrained(path)
-        return path
+def small_checkpoint(tmp_path: Path) -> Callable[..., Path]:
+    def save(policy_type: str, features: Features, **overrides: object) -> Path:
+        return save_small_checkpoint(tmp_path / policy_type, policy_type, features, **overrides)
 
-    yield save
+    return save
 
 
 def test_diffusion_small_checkpoint(small_checkpoint: Callable[..., Path]) -> None:
-    features = policy_features(
-        {
-            "observation.image": (FeatureType.VISUAL, (3, 64, 64)),
-            "observation.state": (FeatureType.STATE, (2,)),
-            "action": (FeatureType.ACTION, (2,)),
-        }
-    )
-    path = small_checkpoint(
-        "diffusion",
-        features,
-        pretrained_backbone_weights=None,
-        down_dims=(32, 64),
-        horizon=16,
-        n_action_steps=8,
-        num_inference_steps=4,
-    )
+    path = small_checkpoint("diffusion", SMALL_DIFFUSION_FEATURES, **SMALL_DIFFUSION)
     policy = traced("diffusion", path)
     assert policy.checkpoint == str(path)
     assert policy.plan.runs_per_chunk() == {"observation": 1, "denoise_step": 4}
@@ -315,13 +287,11 @@ TINY_CLIP = {
 def test_multi_task_dit_small_checkpoint(
     small_checkpoint: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    features = policy_features(
-        {
-            "observation.images.top": (FeatureType.VISUAL, (3, 224, 224)),
-            "observation.state": (FeatureType.STATE, (6,)),
-            "action": (FeatureType.ACTION, (6,)),
-        }
-    )
+    features: Features = {
+        "observation.images.top": (FeatureType.VISUAL, (3, 224, 224)),
+        "observation.state": (FeatureType.STATE, (6,)),
+        "action": (FeatureType.ACTION, (6,)),
+    }
     # A tiny CLIP of the same family under a test-only name, so that the whole plan runs in seconds.
     monkeypatch.setitem(CLIP_VISION, "test/tiny-clip", {**CLIP_VIT_BASE_PATCH16_VISION, **TINY_CLIP})
     monkeypatch.setitem(CLIP_TEXT, "test/tiny-clip", {**CLIP_VIT_BASE_PATCH16_TEXT, **TINY_CLIP})
