@@ -23,8 +23,11 @@ NO_OFFLINE_BUILD: dict[str, str] = {
         "a 24 GB worker; its first inference loads the Wan2.2 VAE and UMT5-XXL from robbyant/lingbot-va-base"
     ),
     "molmoact2": (
-        "snapshot_download('allenai/MolmoAct2') of the whole checkpoint, then a strict weight-key check: "
-        "no random-weight path (modeling_molmoact2.py:86)"
+        "snapshot_download('allenai/MolmoAct2') of config.json, the processor and tokenizer files and "
+        "model.safetensors, then a strict weight-key check: no random-weight path (modeling_molmoact2.py:86, "
+        ":575); the release's architecture is in neither LeRobot nor transformers (MolmoAct2Config's "
+        "defaults are a 13.96 B model with no image, state or action token ids, not the ~5.4 B Molmo2-ER "
+        "release), so it cannot be shipped as data without the checkpoint's config.json"
     ),
     "vla_jepa": (
         "loads Qwen/Qwen3-VL-2B-Instruct and facebook/vjepa2-vitl-fpc64-256 weights and processors from "
