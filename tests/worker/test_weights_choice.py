@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
+import torch
 
 from coverfarm import tracker
 from coverfarm.result import ResultDocument, StageResult, StageStatus
+from worker.fake_weights import building_fake
 from worker.memory import GB, estimated_peak_gb, needs_worker_gb, worker_memory_gb
+from worker.policies.base import Call, ChunkPlan, TracedPolicy, TracedProgram
+from worker.stages.trace import parameter_bytes
 from worker.weights import decide, export_not_run
 
 
@@ -56,3 +62,49 @@ def test_worker_memory_comes_from_the_environment_or_the_machine(monkeypatch: py
         worker_memory_gb()
     monkeypatch.delenv("COVERFARM_WORKER_MEMORY_GB")
     assert worker_memory_gb() > 0
+
+
+class _TiedLM(torch.nn.Module):
+    """An embedding and an LM head tied to it, with a buffer beside them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(100, 8)
+        self.head = torch.nn.Linear(8, 100, bias=False)
+        self.head.weight = self.embed.weight
+        self.register_buffer("scale", torch.ones(8))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.head(self.embed(ids) * self.scale)
+        return out
+
+
+class _Owner(torch.nn.Module):
+    """A second program over the same model, which it names ``owner.…``."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.owner = model
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.owner(ids) * 2
+        return out
+
+
+@pytest.mark.parametrize("fake", [False, True], ids=["real", "fake"])
+def test_parameter_bytes_counts_each_storage_once_across_programs_and_tied_weights(fake: bool) -> None:
+    with building_fake() if fake else contextlib.nullcontext():
+        model = _TiedLM()
+    ids = torch.zeros(1, 3, dtype=torch.long)
+    programs = [
+        TracedProgram(name, torch.export.export(module, (ids,)), ("ids",), ("logits",))
+        for name, module in (("prefix", model), ("step", _Owner(model)))
+    ]
+    names = [sorted(program.exported.state_dict) for program in programs]
+    assert names == [
+        ["embed.weight", "head.weight", "scale"],
+        ["owner.embed.weight", "owner.head.weight", "owner.scale"],
+    ]
+    plan = ChunkPlan(("ids",), (Call("prefix", ("ids",), ("logits",)),), ("logits",))
+    traced = TracedPolicy("tied", programs, plan, eager={}, make_frame=lambda index: {})
+    assert parameter_bytes(traced) == (100 * 8 + 8) * 4  # the tied matrix once, the buffer once

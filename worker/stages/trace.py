@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from worker.fake_weights import building_fake, to_meta
 from worker.policies.base import Call, TracedPolicy
@@ -57,14 +58,17 @@ def _write_manifest(out: Path, manifest: dict[str, Any]) -> None:
 
 
 def parameter_bytes(traced: TracedPolicy) -> int:
-    """Bytes of the weights and constants the programs hold, each named tensor counted once (the
-    programs of one policy share its parameters)."""
-    sizes: dict[str, int] = {}
+    """Bytes of the storage behind the programs' weights and constants, each storage counted once: the
+    programs of one policy share its parameters whatever each program calls them (``model.x`` in one,
+    ``owner.model.x`` in another), and tied weights (an LM head tied to the embedding) share one storage.
+    Fake tensors have storage objects too, so the count is the same with fake weights."""
+    sizes: dict[int, int] = {}
     for program in traced.programs:
         for table in (program.exported.state_dict, program.exported.constants):
-            for name, value in table.items():
+            for value in table.values():
                 if isinstance(value, torch.Tensor):
-                    sizes[name] = value.numel() * value.element_size()
+                    storage = value.untyped_storage()
+                    sizes[StorageWeakRef(storage).cdata] = storage.nbytes()
     return sum(sizes.values())
 
 
