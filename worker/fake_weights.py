@@ -19,7 +19,12 @@ function:
   hold no values; real tensors are drawn as usual.
 * ``torch.export.save`` writes a fake tensor's (absent) storage as if it were real and the file does
   not load back: ``to_meta`` swaps the weights for meta tensors before saving, ``from_meta`` turns
-  them into fake tensors of the loaded program's own fake mode after loading.
+  them into fake tensors of the loaded program's own fake mode after loading. ``torch.export.save``
+  also groups tensors by storage pointer and dtype (``group_weights`` in torch 2.14's
+  ``pt2_archive``), and every meta tensor and every empty real tensor has pointer 0: an empty real
+  constant (transformers' attention keeps some) would be saved as the base of the meta tensors of its
+  dtype, and ``torch.export.load`` then fails (``setStorage ... out of bounds for storage of size 0``).
+  ``to_meta`` makes empty constants meta tensors too; they hold no values.
 * ``constant_prop_pass`` records each folded tensor as its placeholder's ``FakeTensor.constant``,
   which FakeTensorMode expects to be a real tensor (``invalidate_constant_aliases`` asserts it):
   ``forget_fake_constants`` clears those that are fake.
@@ -86,13 +91,13 @@ def _meta_like(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def to_meta(ep: ExportedProgram) -> ExportedProgram:
-    """The program with every fake weight, constant and example input replaced by a meta tensor,
-    ready to save."""
+    """The program with every fake weight, constant and example input, and every empty constant,
+    replaced by a meta tensor, ready to save."""
     if ep.example_inputs is not None:
         ep.example_inputs = torch.utils._pytree.tree_map_only(FakeTensor, _meta_like, ep.example_inputs)
     for table in (ep.state_dict, ep.constants):
         for name, value in list(table.items()):
-            if isinstance(value, torch.Tensor) and is_fake(value):
+            if isinstance(value, torch.Tensor) and (is_fake(value) or value.numel() == 0):
                 meta = _meta_like(value)
                 table[name] = (
                     torch.nn.Parameter(meta, requires_grad=False)

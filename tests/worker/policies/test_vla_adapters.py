@@ -294,16 +294,20 @@ def test_openpi_small(name: str) -> None:
 
 
 @pytest.mark.usefixtures("tiny_openpi")
-def test_openpi_small_builds_with_fake_weights() -> None:
+def test_openpi_small_builds_with_fake_weights(tmp_path: Path) -> None:
     # SigLIP's truncated-normal initialisation cannot run on fake tensors as torch writes it
     # (worker.fake_weights.building_fake): the full-size pi0 and pi05 are built with fake weights.
-    from worker.fake_weights import building_fake, is_fake
+    from worker.fake_weights import building_fake, from_meta, is_fake, to_meta
 
     overrides = {"num_inference_steps": 2, "chunk_size": 10, "n_action_steps": 10}
     with building_fake():
         policy = openpi.trace_openpi("pi0", seed=0, checkpoint=None, overrides=overrides)
     assert policy.plan.runs_per_chunk() == {"prefix": 1, "denoise_step": 2}
     assert all(is_fake(value) for value in policy.program("prefix").exported.state_dict.values())
+    for program in policy.programs:  # as the trace stage saves them and the lower stage loads them
+        torch.export.save(to_meta(program.exported), tmp_path / f"{program.name}.pt2")
+        loaded = from_meta(torch.export.load(tmp_path / f"{program.name}.pt2"))
+        assert set(loaded.state_dict) == set(program.exported.state_dict)
 
 
 def test_openpi_rejects_other_types(tmp_path: Path) -> None:
