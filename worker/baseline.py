@@ -16,7 +16,6 @@ import shutil
 import sys
 import tempfile
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from coverfarm.result import Options
 from gpu_runner.probe import board
 from gpu_runner.stats import latency_stats
 from worker.stages.bounded import run_bounded
-from worker.stages.events import EventLog
+from worker.stages.events import EventLog, error_fields
 
 MAX_FRAMES = 16  # the bundle holds 16 frames (design.md)
 LATENCY_METHOD = (
@@ -145,12 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _child(args, log)
         return 0
     except Exception as error:
-        log.emit(
-            "error",
-            type=f"{type(error).__module__}.{type(error).__qualname__}".removeprefix("builtins."),
-            message=str(error),
-            traceback=traceback.format_exc(),
-        )
+        log.emit("error", **error_fields(error))
         return 1
     finally:
         log.close()

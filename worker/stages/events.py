@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+import traceback
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -24,6 +25,28 @@ class EventLog:
 
     def close(self) -> None:
         self._file.close()
+
+
+def _type_name(error: BaseException) -> str:
+    return f"{type(error).__module__}.{type(error).__qualname__}".removeprefix("builtins.")
+
+
+def error_fields(error: BaseException) -> dict[str, str]:
+    """An ``error`` event's fields for ``error``: its type, its message with its notes and the chain of
+    exceptions it was raised from or while handling (torch's ``export.load`` only says "check the
+    warnings above" and keeps the real cause in its context), and the traceback."""
+    lines = [str(error), *getattr(error, "__notes__", [])]
+    seen = {id(error)}
+    cause = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        lines.append(f"caused by {_type_name(cause)}: {cause}")
+        cause = cause.__cause__ or (None if cause.__suppress_context__ else cause.__context__)
+    return {
+        "type": _type_name(error),
+        "message": "\n".join(lines),
+        "traceback": "".join(traceback.format_exception(error)),
+    }
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:

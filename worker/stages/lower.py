@@ -18,7 +18,6 @@ import argparse
 import contextlib
 import json
 import sys
-import traceback
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from torch.export import ExportedProgram
 from worker.backends import Backend, get_backend
 from worker.fake_weights import forget_fake_constants, from_meta, has_meta_weights
 from worker.metrics.graph import delegate_calls
-from worker.stages.events import EventLog
+from worker.stages.events import EventLog, error_fields
 from worker.stages.observe import Observer, ObservingPartitioner
 
 
@@ -145,13 +144,7 @@ def lower_all(
             lower_program(log, name, trace_dir / program["pt2"], backend, constant_prop, lowering, out)
         except Exception as error:  # ExecuTorch's own failures are findings: record them with their cause
             failed = True
-            log.emit(
-                "error",
-                program=name,
-                type=f"{type(error).__module__}.{type(error).__qualname__}".removeprefix("builtins."),
-                message="\n".join([str(error), *getattr(error, "__notes__", [])]),
-                traceback=traceback.format_exc(),
-            )
+            log.emit("error", program=name, **error_fields(error))
     return failed
 
 

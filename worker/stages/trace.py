@@ -18,7 +18,6 @@ import contextlib
 import json
 import sys
 import time
-import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from worker.fake_weights import building_fake, to_meta
 from worker.policies.base import Call, TracedPolicy
 from worker.policies.registry import get_adapter
-from worker.stages.events import EventLog
+from worker.stages.events import EventLog, error_fields
 
 FRAMES = 16
 TRACE_MANIFEST = "trace.json"
@@ -208,12 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.emit("done", failed=False)
         return 0
     except Exception as error:
-        log.emit(
-            "error",
-            type=f"{type(error).__module__}.{type(error).__qualname__}".removeprefix("builtins."),
-            message=str(error),
-            traceback=traceback.format_exc(),
-        )
+        log.emit("error", **error_fields(error))
         log.emit("done", failed=True)
         return 1
     finally:
