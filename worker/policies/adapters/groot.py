@@ -44,12 +44,6 @@ with ``predict_action_chunk``:
   adds the visual features with ``hidden[mask, :] += embeds`` (a boolean-mask index and assignment). The
   token count is checked on the host; the features are added with
   ``torch.where(mask, hidden + embeds[cumsum(mask) - 1], hidden)``.
-* The backbone leaves Qwen3-VL's ``use_cache`` at True: the model fills a ``DynamicCache`` that starts
-  from empty tensors and is discarded. The program passes ``use_cache=False``: the same attention over
-  the same keys and values, without the copies into the cache. (The empty tensors would be constants of
-  the program, and ``torch.export.save`` stores a zero-size real constant and a meta weight so that the
-  loaded program's meta weight views an empty storage: ``setStorage: sizes [16] ... out of bounds for
-  storage of size 0``.)
 """
 
 from __future__ import annotations
@@ -96,9 +90,8 @@ SUBSTITUTION = (
     "built once by its own code; get_rope_index (itertools.groupby over .tolist(), boolean selection) -> "
     "position ids a frame input computed on the host by Qwen3Backbone._ensure_legacy_qwen3_position_ids; "
     "get_placeholder_mask's inputs_embeds[mask].numel() check -> checked on the host; DeepStack's "
-    "hidden[mask, :] += embeds -> torch.where(mask, hidden + embeds[cumsum(mask) - 1], hidden); "
-    "use_cache=True (a discarded DynamicCache) -> use_cache=False (checked equal to the original backbone "
-    "on the example frame)"
+    "hidden[mask, :] += embeds -> torch.where(mask, hidden + embeds[cumsum(mask) - 1], hidden) "
+    "(checked equal to the original backbone on the example frame)"
 )
 
 
@@ -315,7 +308,6 @@ def static_backbone(
 
     def given_position_ids(model_input: dict[str, Any]) -> None:
         model_input["position_ids"] = position_ids
-        model_input["use_cache"] = False
 
     overrides: dict[tuple[Any, str], Callable[..., Any]] = {
         (backbone, "_ensure_legacy_qwen3_position_ids"): given_position_ids,
