@@ -10,10 +10,6 @@ error and never a missing row; an adapter in ``worker/policies/adapters`` replac
 from __future__ import annotations
 
 NO_OFFLINE_BUILD: dict[str, str] = {
-    "evo1": (
-        "the InternVL3 embedder loads OpenGVLab/InternVL3-1B-hf's tokenizer and weights from the hub "
-        "(internvl3_embedder.py:132); there is no config-only path"
-    ),
     "fastwam": (
         "builds a 5.0 B video DiT and a 1.0 B action DiT in fp32 (~24 GB) before casting to bf16, then "
         "loads the UMT5 text encoder and VAE from Wan-AI/Wan2.2-TI2V-5B-Diffusers (no offline build path)"

@@ -25,6 +25,7 @@ ADAPTER_MODULES: dict[str, str] = {
     "act": "act",
     "diffusion": "diffusion",
     "eo1": "eo1",
+    "evo1": "evo1",
     "gaussian_actor": "gaussian_actor",
     "groot": "groot",
     "multi_task_dit": "multi_task_dit",

@@ -166,3 +166,21 @@ class Positional(torch.nn.Module):
 
     def forward(self, *args: torch.Tensor) -> Any:
         return self.fn(dict(zip(self.names, args, strict=True)))
+
+
+def restore_dtypes(module: torch.nn.Module, dtypes: Mapping[str, torch.dtype]) -> None:
+    """Give ``module``'s parameters and buffers back the dtypes in ``dtypes`` (tied weights stay tied)."""
+    replaced: dict[int, torch.Tensor] = {}
+    for prefix, sub in module.named_modules():
+        for table in (sub._parameters, sub._buffers):
+            for key, tensor in table.items():
+                name = f"{prefix}.{key}" if prefix else key
+                if tensor is None or dtypes.get(name, tensor.dtype) == tensor.dtype:
+                    continue
+                if id(tensor) not in replaced:
+                    with torch.no_grad():
+                        value = tensor.detach().to(dtypes[name])
+                    if isinstance(tensor, torch.nn.Parameter):
+                        value = torch.nn.Parameter(value, requires_grad=tensor.requires_grad)
+                    replaced[id(tensor)] = value
+                table[key] = replaced[id(tensor)]

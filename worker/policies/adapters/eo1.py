@@ -79,7 +79,7 @@ from lerobot.configs import FeatureType
 from lerobot.utils.constants import OBS_STATE
 
 from worker.fake_weights import is_fake
-from worker.policies.adapters._common import Features, build_policy, config_dict
+from worker.policies.adapters._common import Features, build_policy, config_dict, restore_dtypes
 from worker.policies.adapters._flow import EulerStep, dynamic_cache, stacked_cache, trace_flow_matching
 from worker.policies.adapters._qwen_vl import overridden, placeholder_mask
 from worker.policies.adapters._randomness import SubstitutionMismatch
@@ -172,24 +172,6 @@ def offline_eo1(dtypes: dict[str, torch.dtype]) -> Iterator[None]:
 
     with mock.patch.object(modeling_eo1, "Qwen2_5_VLForConditionalGeneration", _offline_backbone(dtypes)):
         yield
-
-
-def restore_dtypes(module: torch.nn.Module, dtypes: Mapping[str, torch.dtype]) -> None:
-    """Give ``module``'s parameters and buffers back the dtypes in ``dtypes`` (tied weights stay tied)."""
-    replaced: dict[int, torch.Tensor] = {}
-    for prefix, sub in module.named_modules():
-        for table in (sub._parameters, sub._buffers):
-            for key, tensor in table.items():
-                name = f"{prefix}.{key}" if prefix else key
-                if tensor is None or dtypes.get(name, tensor.dtype) == tensor.dtype:
-                    continue
-                if id(tensor) not in replaced:
-                    with torch.no_grad():
-                        value = tensor.detach().to(dtypes[name])
-                    if isinstance(tensor, torch.nn.Parameter):
-                        value = torch.nn.Parameter(value, requires_grad=tensor.requires_grad)
-                    replaced[id(tensor)] = value
-                table[key] = replaced[id(tensor)]
 
 
 def _processor(name: str) -> Any:
