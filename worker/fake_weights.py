@@ -86,6 +86,17 @@ def is_fake(tensor: object) -> bool:
     return isinstance(tensor, FakeTensor)
 
 
+@contextlib.contextmanager
+def real_tensors() -> Iterator[None]:
+    """Inside: tensors that are created are real, also while a policy is built or traced with fake
+    weights. For the host's work on the frame: preprocessing (numpy, Python loops over ids), prompt
+    building and tokenizing, tables a program takes as constants."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        yield
+
+
 def _meta_like(tensor: torch.Tensor) -> torch.Tensor:
     return torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device="meta")
 

@@ -78,7 +78,7 @@ import torch
 from lerobot.configs import FeatureType
 from lerobot.utils.constants import OBS_STATE
 
-from worker.fake_weights import is_fake
+from worker.fake_weights import is_fake, real_tensors
 from worker.policies.adapters._common import Features, build_policy, config_dict, restore_dtypes
 from worker.policies.adapters._flow import EulerStep, dynamic_cache, stacked_cache, trace_flow_matching
 from worker.policies.adapters._qwen_vl import overridden, placeholder_mask
@@ -196,7 +196,7 @@ def vision_tables(visual: Any, grid: list[list[int]]) -> VisionTables:
     by its own ``get_window_index`` (then ``unique_consecutive``, as ``forward`` does), the rotary position
     ids as ``rot_pos_emb`` builds them."""
     merge = visual.spatial_merge_size
-    with _real_tensors():
+    with real_tensors():
         window_index, cu_window = visual.get_window_index(torch.tensor(grid, dtype=torch.long))
         boundaries: list[int] = torch.unique_consecutive(torch.tensor(cu_window)).tolist()
         index: list[int] = window_index.tolist()
@@ -397,7 +397,7 @@ class _Prefix(torch.nn.Module):
         self.owner = policy  # the step's name for the policy too: the programs share their weight names
         self.prompt = prompt
         self.tables = tables
-        with _real_tensors():  # a constant of the program, read by no static code
+        with real_tensors():  # a constant of the program, read by no static code
             self.image_grid_thw = torch.tensor(tables.grid, dtype=torch.long)
 
     def forward(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -465,7 +465,7 @@ def find_prompt(batch: Mapping[str, Any], chunk_size: int) -> Prompt:
     leave to the host: one state token, ``chunk_size`` contiguous action tokens."""
     input_ids = batch["input_ids"]
     state_id, action_id = int(batch["state_token_id"]), int(batch["action_token_id"])
-    with _real_tensors():
+    with real_tensors():
         states = int((input_ids == state_id).sum())
         positions: list[int] = (input_ids[0] == action_id).nonzero().flatten().tolist()
     if input_ids.shape[0] != 1 or states != 1:
@@ -515,7 +515,7 @@ def trace_eo1_with(
         preprocessor, _ = processor_eo1.make_eo1_pre_post_processors(config)
 
     def preprocess(index: int) -> dict[str, Any]:
-        with _real_tensors():
+        with real_tensors():
             observation: dict[str, Any] = example_observation(config.input_features, index, seed=seed)
             observation["task"] = TASK
             batch: dict[str, Any] = preprocessor(observation)
@@ -529,7 +529,7 @@ def trace_eo1_with(
 
     batch0 = preprocess(0)
     prompt = find_prompt(batch0, config.chunk_size)
-    with _real_tensors():
+    with real_tensors():
         image_grid_thw: list[list[int]] = batch0["image_grid_thw"].tolist()
         image_tokens = int((batch0["input_ids"][:, : prompt.act_start] == qwen.config.image_token_id).sum())
     tables = vision_tables(qwen.visual, image_grid_thw)
@@ -540,7 +540,7 @@ def trace_eo1_with(
     def make_observation(index: int) -> dict[str, torch.Tensor]:
         batch = batch0 if index == 0 else preprocess(index)
         if index:
-            with _real_tensors():
+            with real_tensors():
                 grid = batch["image_grid_thw"].tolist()
             if find_prompt(batch, config.chunk_size) != prompt or grid != tables.grid:
                 raise ValueError(f"eo1: frame {index}'s prompt layout differs from frame 0's")
@@ -585,15 +585,6 @@ def trace_eo1_with(
         ),
         substitutions=[SUBSTITUTION],
     )
-
-
-@contextlib.contextmanager
-def _real_tensors() -> Iterator[None]:
-    """Preprocessing (numpy, Python loops over ids) runs on real tensors, also under fake weights."""
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-    with unset_fake_temporarily():
-        yield
 
 
 def check_static_rotary(visual: Any, tables: VisionTables) -> None:

@@ -70,7 +70,7 @@ import torch
 from lerobot.configs import FeatureType
 from lerobot.utils.constants import OBS_STATE
 
-from worker.fake_weights import is_fake
+from worker.fake_weights import is_fake, real_tensors
 from worker.policies.adapters._common import (
     Features,
     build_policy,
@@ -341,7 +341,7 @@ def host_prompt(policy: Any, tokens: Mapping[str, torch.Tensor]) -> Prompt:
     views = policy.config.max_views
     text = embedder._build_multimodal_prompts([[1] * views], [TASK])[0]
     input_ids = tokens["input_ids"]
-    with _real_tensors():
+    with real_tensors():
         image_tokens = int((input_ids == embedder.img_context_token_id).sum())
     expected = views * embedder.num_image_token
     if input_ids.shape[0] != 1 or image_tokens != expected:
@@ -369,7 +369,7 @@ def trace_evo1_with(
     steps = int(head.num_inference_timesteps)
 
     def tokenize() -> dict[str, torch.Tensor]:
-        with _real_tensors():
+        with real_tensors():
             text = embedder._build_multimodal_prompts([[1] * config.max_views], [TASK])
             encoded = embedder.tokenizer(
                 text, return_tensors="pt", padding=True, truncation=True, max_length=embedder.max_text_length
@@ -381,7 +381,7 @@ def trace_evo1_with(
     noise_shape = (1, head.action_dim)
 
     def make_frame(index: int) -> dict[str, torch.Tensor]:
-        with _real_tensors():
+        with real_tensors():
             observation = example_observation(config.input_features, index, seed=seed)
             frame = {key: observation[key] for key in (*CAMERAS, OBS_STATE)}
             frame.update(tokens)
@@ -447,16 +447,6 @@ def trace_evo1_with(
         seed=seed,
         checkpoint=None if checkpoint is None else str(checkpoint),
     )
-
-
-@contextlib.contextmanager
-def _real_tensors() -> Iterator[None]:
-    """Prompt building and tokenizing (Python over strings and ids) run on real tensors, also under fake
-    weights."""
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-    with unset_fake_temporarily():
-        yield
 
 
 def check_static_prefix(

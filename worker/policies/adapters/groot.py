@@ -59,7 +59,7 @@ import torch
 from lerobot.configs import FeatureType
 from torch.overrides import TorchFunctionMode
 
-from worker.fake_weights import is_fake
+from worker.fake_weights import is_fake, real_tensors
 from worker.policies.adapters._common import Features, build_policy, config_dict, prefix_then_steps_plan
 from worker.policies.adapters._core_aten import EMPTY_LIKE_SUBSTITUTION, export_core
 from worker.policies.adapters._qwen_vl import overridden, placeholder_mask
@@ -235,7 +235,7 @@ class _Literals(TorchFunctionMode):
 def position_literals(visual: Any, image_grid_thw: list[list[int]]) -> list[Any]:
     """The bilinear indices and weights ``fast_pos_embed_interpolate`` builds for the grid, by its own
     code on real tensors (it stops before the embedding lookup)."""
-    with _real_tensors():
+    with real_tensors():
         grid = torch.tensor(image_grid_thw, dtype=torch.long)
         with _Literals(stop_after=2) as literals, contextlib.suppress(_Recorded):
             visual.fast_pos_embed_interpolate(grid)
@@ -331,7 +331,7 @@ class _Backbone(torch.nn.Module):
         self.policy = policy
         self.grid = image_grid_thw
         self.pos_embed = _static_pos_embed(policy._groot_model.backbone.visual, image_grid_thw)
-        with _real_tensors():  # a constant of the program: the vision tower reads it with .tolist()
+        with real_tensors():  # a constant of the program: the vision tower reads it with .tolist()
             self.image_grid_thw = torch.tensor(image_grid_thw, dtype=torch.long)
 
     def forward(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -434,7 +434,7 @@ def trace_groot_with(
             step._proc = cosmos_reason2.StandInQwen3VLProcessor()
 
     def preprocess(index: int) -> dict[str, Any]:
-        with _real_tensors():
+        with real_tensors():
             observation: dict[str, Any] = example_observation(config.input_features, index, seed=seed)
             observation["task"] = TASK
             batch: dict[str, Any] = preprocessor(observation)
@@ -447,7 +447,7 @@ def trace_groot_with(
         return batch
 
     batch0 = preprocess(0)
-    with _real_tensors():
+    with real_tensors():
         image_grid_thw: list[list[int]] = batch0["image_grid_thw"].tolist()
         image_tokens = int((batch0["input_ids"] == model.backbone.model.config.image_token_id).sum())
     merge = model.backbone.visual.spatial_merge_size**2
@@ -531,15 +531,6 @@ def trace_groot_with(
         seed=seed,
         checkpoint=None if checkpoint is None else str(checkpoint),
     )
-
-
-@contextlib.contextmanager
-def _real_tensors() -> Iterator[None]:
-    """Preprocessing (numpy, Python loops over ids) runs on real tensors, also under fake weights."""
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-    with unset_fake_temporarily():
-        yield
 
 
 def check_static_backbone(policy: Any, batch: dict[str, Any], static: tuple[torch.Tensor, ...]) -> None:

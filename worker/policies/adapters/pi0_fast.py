@@ -77,6 +77,7 @@ import torch
 from lerobot.configs import FeatureType
 from lerobot.utils.constants import OBS_LANGUAGE_ATTENTION_MASK, OBS_LANGUAGE_TOKENS, OBS_STATE
 
+from worker.fake_weights import real_tensors
 from worker.policies.adapters._common import Features, build_policy, config_dict
 from worker.policies.adapters._core_aten import EMPTY_LIKE_SUBSTITUTION, export_core
 from worker.policies.base import Call, ChunkPlan, TracedPolicy
@@ -317,15 +318,6 @@ def prompt(state: torch.Tensor, max_state_dim: int) -> str:
     return text
 
 
-@contextlib.contextmanager
-def _real_tensors() -> Iterator[None]:
-    """Frames (numpy prompts from the state) are built from real tensors, also under fake weights."""
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-    with unset_fake_temporarily():
-        yield
-
-
 def trace_pi0_fast_with(
     *, seed: int, checkpoint: Path | None, overrides: Mapping[str, Any] | None = None
 ) -> TracedPolicy:
@@ -350,7 +342,7 @@ def trace_pi0_fast_with(
         raise ValueError(f"pi0_fast: max_decoding_steps {max_steps} decodes nothing")
 
     def make_observation(index: int) -> dict[str, torch.Tensor]:
-        with _real_tensors():
+        with real_tensors():
             frame = example_observation(config.input_features, index, seed=seed)
             text = prompt(frame.pop(OBS_STATE), config.max_state_dim)
             tokens, mask = paligemma.TOKENIZER(text, config.tokenizer_max_length)
