@@ -29,10 +29,6 @@ NO_OFFLINE_BUILD: dict[str, str] = {
         "loads Qwen/Qwen3-VL-2B-Instruct and facebook/vjepa2-vitl-fpc64-256 weights and processors from "
         "the hub (qwen_interface.py:37, modeling_vla_jepa.py:105)"
     ),
-    "wall_x": (
-        "needs torchdiffeq and qwen-vl-utils (LeRobot's wallx extra, not installed), then loads "
-        "x-square-robot/wall-oss-flow's config, processor and weights from the hub (modeling_wall_x.py:404)"
-    ),
 }
 
 

@@ -35,6 +35,7 @@ ADAPTER_MODULES: dict[str, str] = {
     "smolvla": "smolvla",
     "tdmpc": "tdmpc",
     "vqbet": "vqbet",
+    "wall_x": "wall_x",
     "xvla": "xvla",
 }
 
