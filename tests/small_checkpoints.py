@@ -12,9 +12,9 @@ from pathlib import Path
 
 import torch
 from lerobot.configs import FeatureType
-from lerobot.policies.factory import get_policy_class, make_policy_config
+from lerobot.policies.factory import get_policy_class
 
-from worker.policies.adapters._common import Features, policy_features
+from worker.policies.adapters._common import Features, default_config
 
 # diffusion with a 64x64 camera, a two-level U-Net and four DDPM steps
 SMALL_DIFFUSION_FEATURES: Features = {
@@ -52,14 +52,7 @@ def save_small_checkpoint(path: Path, policy_type: str, features: Features, **ov
     """Build ``policy_type`` from its default config with ``overrides`` (seed 1) and save it at ``path``."""
     from worker.policies.adapters import multi_task_dit
 
-    typed = policy_features(features)
-    config = make_policy_config(
-        policy_type,
-        input_features={k: v for k, v in typed.items() if v.type is not FeatureType.ACTION},
-        output_features={k: v for k, v in typed.items() if v.type is FeatureType.ACTION},
-        device="cpu",
-        **overrides,
-    )
+    config = default_config(policy_type, features, overrides)
     torch.manual_seed(1)
     with multi_task_dit.offline_clip_towers():
         policy = get_policy_class(policy_type)(config=config)

@@ -28,6 +28,25 @@ def policy_features(features: Features) -> dict[str, PolicyFeature]:
     return {name: PolicyFeature(type=kind, shape=shape) for name, (kind, shape) in features.items()}
 
 
+def default_config(policy_type: str, features: Features, overrides: Mapping[str, Any] | None = None) -> Any:
+    """The policy type's default config on ``features`` (actions out, the rest in), on the CPU, with
+    ``overrides``."""
+    io = policy_features(features)
+    return make_policy_config(
+        policy_type,
+        input_features={k: v for k, v in io.items() if v.type is not FeatureType.ACTION},
+        output_features={k: v for k, v in io.items() if v.type is FeatureType.ACTION},
+        device="cpu",
+        **dict(overrides or {}),
+    )
+
+
+def field_default(config_cls: type, field: str) -> str:
+    """A config dataclass's default for ``field`` (say, the backbone checkpoint a policy asks the hub for)."""
+    default: str = config_cls.__dataclass_fields__[field].default  # type: ignore[attr-defined]
+    return default
+
+
 def build_policy(
     policy_type: str,
     *,
@@ -57,14 +76,7 @@ def build_policy(
         except Exception as error:
             raise ValueError(f"checkpoint {str(path)!r} could not be loaded: {error}") from error
     else:
-        io = policy_features(features)
-        config = make_policy_config(
-            policy_type,
-            input_features={k: v for k, v in io.items() if v.type is not FeatureType.ACTION},
-            output_features={k: v for k, v in io.items() if v.type is FeatureType.ACTION},
-            device="cpu",
-            **dict(overrides or {}),
-        )
+        config = default_config(policy_type, features, overrides)
         torch.manual_seed(seed)
         policy = policy_cls(config=config)
     policy = policy.to(device="cpu", dtype=torch.float32)

@@ -79,7 +79,13 @@ from lerobot.configs import FeatureType
 from lerobot.utils.constants import OBS_STATE
 
 from worker.fake_weights import is_fake, real_tensors
-from worker.policies.adapters._common import Features, build_policy, config_dict, restore_dtypes
+from worker.policies.adapters._common import (
+    Features,
+    build_policy,
+    config_dict,
+    field_default,
+    restore_dtypes,
+)
 from worker.policies.adapters._flow import EulerStep, dynamic_cache, stacked_cache, trace_flow_matching
 from worker.policies.adapters._qwen_vl import overridden, placeholder_mask
 from worker.policies.adapters._randomness import SubstitutionMismatch
@@ -117,8 +123,7 @@ def default_vlm_base() -> str:
     """``EO1Config.vlm_base``'s default (the backbone checkpoint the policy asks the hub for)."""
     from lerobot.policies.eo1.configuration_eo1 import EO1Config
 
-    default: str = EO1Config.__dataclass_fields__["vlm_base"].default
-    return default
+    return field_default(EO1Config, "vlm_base")
 
 
 def _offline_backbone(dtypes: dict[str, torch.dtype]) -> Any:

@@ -75,6 +75,7 @@ from worker.policies.adapters._common import (
     Features,
     build_policy,
     config_dict,
+    field_default,
     prefix_then_steps_plan,
     restore_dtypes,
 )
@@ -113,8 +114,7 @@ def default_vlm_model_name() -> str:
     """``Evo1Config.vlm_model_name``'s default (the embedder checkpoint the policy asks the hub for)."""
     from lerobot.policies.evo1.configuration_evo1 import Evo1Config
 
-    default: str = Evo1Config.__dataclass_fields__["vlm_model_name"].default
-    return default
+    return field_default(Evo1Config, "vlm_model_name")
 
 
 def _offline_auto_model(dtypes: dict[str, torch.dtype]) -> Any:

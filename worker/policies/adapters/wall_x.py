@@ -82,7 +82,13 @@ from lerobot.configs import FeatureType
 from lerobot.utils.constants import ACTION
 
 from worker.fake_weights import is_fake, real_tensors
-from worker.policies.adapters._common import Features, build_policy, config_dict, prefix_then_steps_plan
+from worker.policies.adapters._common import (
+    Features,
+    build_policy,
+    config_dict,
+    field_default,
+    prefix_then_steps_plan,
+)
 from worker.policies.adapters._core_aten import EMPTY_LIKE_SUBSTITUTION, export_core
 from worker.policies.adapters._qwen_vl import overridden
 from worker.policies.adapters._randomness import SubstitutionMismatch, replay
@@ -131,8 +137,7 @@ def default_checkpoint() -> str:
     """``WallXConfig.pretrained_name_or_path``'s default (the checkpoint the policy asks the hub for)."""
     from lerobot.policies.wall_x.configuration_wall_x import WallXConfig
 
-    default: str = WallXConfig.__dataclass_fields__["pretrained_name_or_path"].default
-    return default
+    return field_default(WallXConfig, "pretrained_name_or_path")
 
 
 @contextlib.contextmanager
