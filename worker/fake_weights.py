@@ -12,7 +12,8 @@ function:
 
 * ``Module.to()`` / ``_apply`` always swaps a ``FakeTensor`` parameter in place with
   ``torch.utils.swap_tensors``, which refuses a tensor that has a weak reference, and every fake
-  parameter has one (torch 2.14): ``building_fake`` replaces the parameter object instead.
+  parameter has one (torch 2.14): ``building_fake`` replaces the parameter object instead, once per
+  shared object, so tied weights stay tied.
 * ``torch.nn.init.trunc_normal_`` draws by rejection, looping on ``mask.any()`` (torch 2.14,
   ``torch/nn/init.py``), which a fake tensor cannot answer (``DataDependentOutputException``): SigLIP's
   initialisation (pi0, pi05, pi0_fast) does. ``building_fake`` skips the draw for fake tensors, which
@@ -41,22 +42,40 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.export import ExportedProgram
 
 
-def _apply_replacing(
-    self: torch.nn.Module, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True
-) -> torch.nn.Module:
-    """``Module._apply`` that replaces parameters and buffers instead of swapping them in place."""
-    if recurse:
-        for module in self.children():
-            module._apply(fn)
-    for key, param in self._parameters.items():
-        if param is not None:
-            with torch.no_grad():
-                applied = fn(param)
-            self._parameters[key] = torch.nn.Parameter(applied, requires_grad=param.requires_grad)
-    for key, buffer in self._buffers.items():
-        if buffer is not None:
-            self._buffers[key] = fn(buffer)
-    return self
+def _replacing_apply() -> Callable[..., torch.nn.Module]:
+    """A ``Module._apply`` that replaces parameters and buffers instead of swapping them in place, with
+    the in-place swap's effect on shared tensors: a tensor held by several modules (an LM head tied to
+    the embedding) is replaced by the same new tensor wherever it is met, and a module still holding a
+    tensor that was replaced before gets ``fn`` of its latest replacement. The replaced tensors are kept
+    alive while building, so their ids are not reused."""
+    replaced: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def replacement(old: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        latest = old
+        while id(latest) in replaced:
+            latest = replaced[id(latest)][1]
+        with torch.no_grad():
+            applied = fn(latest)
+        if applied is latest:  # fn changed nothing (a tie met a second time, say): keep the tensor
+            return latest
+        if isinstance(latest, torch.nn.Parameter):
+            applied = torch.nn.Parameter(applied, requires_grad=latest.requires_grad)
+        replaced[id(latest)] = (latest, applied)
+        return applied
+
+    def apply(
+        self: torch.nn.Module, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True
+    ) -> torch.nn.Module:
+        if recurse:
+            for module in self.children():
+                module._apply(fn)
+        for table in (self._parameters, self._buffers):
+            for key, tensor in table.items():
+                if tensor is not None:
+                    table[key] = replacement(tensor, fn)  # type: ignore[assignment]
+        return self
+
+    return apply
 
 
 @contextlib.contextmanager
@@ -72,7 +91,7 @@ def building_fake() -> Iterator[FakeTensorMode]:
     def trunc_normal(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         return tensor if is_fake(tensor) else original_trunc_normal(tensor, *args, **kwargs)
 
-    torch.nn.Module._apply = _apply_replacing  # type: ignore[method-assign]
+    torch.nn.Module._apply = _replacing_apply()  # type: ignore[method-assign]
     torch.nn.init._no_grad_trunc_normal_ = trunc_normal
     try:
         with mode:
