@@ -25,10 +25,6 @@ NO_OFFLINE_BUILD: dict[str, str] = {
         "defaults are a 13.96 B model with no image, state or action token ids, not the ~5.4 B Molmo2-ER "
         "release), so it cannot be shipped as data without the checkpoint's config.json"
     ),
-    "vla_jepa": (
-        "loads Qwen/Qwen3-VL-2B-Instruct and facebook/vjepa2-vitl-fpc64-256 weights and processors from "
-        "the hub (qwen_interface.py:37, modeling_vla_jepa.py:105)"
-    ),
 }
 
 

@@ -34,6 +34,7 @@ ADAPTER_MODULES: dict[str, str] = {
     "pi0_fast": "pi0_fast",
     "smolvla": "smolvla",
     "tdmpc": "tdmpc",
+    "vla_jepa": "vla_jepa",
     "vqbet": "vqbet",
     "wall_x": "wall_x",
     "xvla": "xvla",
