@@ -10,14 +10,6 @@ error and never a missing row; an adapter in ``worker/policies/adapters`` replac
 from __future__ import annotations
 
 NO_OFFLINE_BUILD: dict[str, str] = {
-    "fastwam": (
-        "builds a 5.0 B video DiT and a 1.0 B action DiT in fp32 (~24 GB) before casting to bf16, then "
-        "loads the UMT5 text encoder and VAE from Wan-AI/Wan2.2-TI2V-5B-Diffusers (no offline build path)"
-    ),
-    "lingbot_va": (
-        "builds its 5.09 B-parameter transformer in fp32 (~20 GB) before casting to bf16, which exhausts "
-        "a 24 GB worker; its first inference loads the Wan2.2 VAE and UMT5-XXL from robbyant/lingbot-va-base"
-    ),
     "molmoact2": (
         "snapshot_download('allenai/MolmoAct2') of config.json, the processor and tokenizer files and "
         "model.safetensors, then a strict weight-key check: no random-weight path (modeling_molmoact2.py:86, "

@@ -196,3 +196,10 @@ def restore_dtypes(module: torch.nn.Module, dtypes: Mapping[str, torch.dtype]) -
                         value = torch.nn.Parameter(value, requires_grad=tensor.requires_grad)
                     replaced[id(tensor)] = value
                 table[key] = replaced[id(tensor)]
+
+
+def recorded_dtypes(module: torch.nn.Module) -> dict[str, torch.dtype]:
+    """Every parameter's and buffer's dtype, by name (tied tensors under each of their names)."""
+    dtypes = {key: value.dtype for key, value in module.named_parameters(remove_duplicate=False)}
+    dtypes.update({key: value.dtype for key, value in module.named_buffers(remove_duplicate=False)})
+    return dtypes
