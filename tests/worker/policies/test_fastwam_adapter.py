@@ -11,14 +11,14 @@ never built with real weights.
 from __future__ import annotations
 
 import dataclasses
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from lerobot.configs import FeatureType
+from test_vla_adapters import timed
 
 from coverfarm.offline_causes import NO_OFFLINE_BUILD
 from worker.policies import registry
@@ -73,13 +73,6 @@ def trace_small(**extra: Any) -> TracedPolicy:
         vae_configs=vaes,
         text_encoder_configs=encoders,
     )
-
-
-def timed(label: str, trace: Callable[[], TracedPolicy]) -> TracedPolicy:
-    start = time.monotonic()
-    policy = trace()
-    print(f"\ntrace {label}: {time.monotonic() - start:.1f} s")
-    return policy
 
 
 @pytest.fixture(scope="module")

@@ -11,14 +11,14 @@ the cache passes' keys and values equal what the policy's key/value cache holds 
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from lerobot.configs import FeatureType
+from test_vla_adapters import timed
 
 from coverfarm.offline_causes import NO_OFFLINE_BUILD
 from worker.policies import registry
@@ -61,13 +61,6 @@ def trace_small(**extra: Any) -> TracedPolicy:
         vae_configs={name: wan2_2.WAN2_2_VAE_CONFIG | SMALL_VAE},
         text_encoder_configs={name: wan2_2.UMT5_XXL_CONFIG | SMALL_UMT5},
     )
-
-
-def timed(label: str, trace: Callable[[], TracedPolicy]) -> TracedPolicy:
-    start = time.monotonic()
-    policy = trace()
-    print(f"\ntrace {label}: {time.monotonic() - start:.1f} s")
-    return policy
 
 
 @pytest.fixture(scope="module")

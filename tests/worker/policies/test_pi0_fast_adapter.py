@@ -10,14 +10,14 @@ end-of-action marker; ``detokenize_actions`` of the plan's tokens is ``predict_a
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from test_vla_adapters import timed
 
 from worker.policies.adapters import pi0_fast
 from worker.policies.base import TracedPolicy
@@ -67,13 +67,6 @@ def shrink_paligemma(monkeypatch: pytest.MonkeyPatch) -> None:
         return real(config=config)
 
     monkeypatch.setattr(module, "PaliGemmaForConditionalGenerationWithPiGemma", tiny_model)
-
-
-def timed(label: str, trace: Callable[[], TracedPolicy]) -> TracedPolicy:
-    start = time.monotonic()
-    policy = trace()
-    print(f"\ntrace {label}: {time.monotonic() - start:.1f} s")
-    return policy
 
 
 def small(**overrides: Any) -> TracedPolicy:

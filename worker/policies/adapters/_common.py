@@ -135,11 +135,14 @@ def prefix_then_steps_plan(
     chunk: str,
     times: Sequence[torch.Tensor],
     constants: Mapping[str, torch.Tensor] | None = None,
+    frame_inputs: Sequence[str] | None = None,
 ) -> ChunkPlan:
     """A prefix call once, then ``denoise_step`` once per time: step k reads ``step_inputs``, the current
     sample and ``t.kk`` and writes the next sample (``<sample>.kk+1``; the first is ``first_sample``) and
-    the chunk so far (``<chunk>.kk+1``, the last one ``action``). The frame is the prefix's inputs and
-    ``noise``; the times are plan constants beside ``constants``."""
+    the chunk so far (``<chunk>.kk+1``, the last one ``action``). The frame is ``frame_inputs``, by default
+    the prefix's inputs and ``noise`` (a policy whose prefix draws from the noise itself, or whose steps
+    read frame inputs the prefix does not, names its own); the times are plan constants beside
+    ``constants``."""
     steps = len(times)
     samples = [first_sample, *(f"{sample}.{k + 1:02d}" for k in range(steps))]
     calls = [prefix]
@@ -149,7 +152,7 @@ def prefix_then_steps_plan(
             Call("denoise_step", (*step_inputs, samples[k], f"t.{k:02d}"), (samples[k + 1], chunk_name))
         )
     return ChunkPlan(
-        frame_inputs=(*prefix.inputs, "noise"),
+        frame_inputs=(*prefix.inputs, "noise") if frame_inputs is None else tuple(frame_inputs),
         calls=tuple(calls),
         outputs=("action",),
         constants={**(constants or {}), **{f"t.{k:02d}": t for k, t in enumerate(times)}},

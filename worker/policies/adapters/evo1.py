@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import inspect
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -416,8 +415,8 @@ def trace_evo1_with(
         sample="x",
         chunk="action",
         times=times,
+        frame_inputs=PREFIX_INPUTS,  # the prefix reads the noise itself
     )
-    plan = dataclasses.replace(plan, frame_inputs=PREFIX_INPUTS)  # the prefix reads the noise itself
 
     def eager_chunk(frame: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         batch = _observation(policy, frame)

@@ -439,8 +439,8 @@ def trace_vla_jepa_with(
         sample="actions",
         chunk="chunk",
         times=times,
+        frame_inputs=(*PROGRAM_INPUTS, "state", "noise"),
     )
-    plan = dataclasses.replace(plan, frame_inputs=(*PROGRAM_INPUTS, "state", "noise"))
 
     def eager_chunk(frame: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """``predict_action_chunk`` on the frame's raw observation (the policy tokenizes it itself)."""

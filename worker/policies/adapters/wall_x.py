@@ -70,7 +70,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -571,8 +570,8 @@ def trace_wall_x_with(
         sample="x",
         chunk="action",
         times=times,
+        frame_inputs=(*FRAME_INPUTS, "noise"),
     )
-    plan = dataclasses.replace(plan, frame_inputs=(*FRAME_INPUTS, "noise"))
 
     def eager_chunk(frame: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         batch: dict[str, Any] = {key: frame[key] for key in FRAME_INPUTS}
