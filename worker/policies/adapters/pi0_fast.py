@@ -44,11 +44,8 @@ programs compute the same values with static shapes:
   minus one, as the loop computes it from its growing padding mask.
 * The early stop: a step writes 0 instead of its token once an earlier token is ``|`` (batch 1: the
   loop's ``finished.all()``); the loop's zero-filled tail.
-* The prefill passes a cache that keeps each layer's keys and values as computed, where the loop's
-  ``DynamicCache`` concatenates them to the empty tensors it starts from (the same values). The empty
-  tensors would be constants of the program, which ``torch.export.save`` cannot store beside fake
-  weights (the loaded program's 0-dim ``embed_scale`` views an empty storage: ``setStorage: sizes []
-  ... out of bounds for storage of size 0``), as for groot.
+* The prefill is the loop's own call (``past_key_values=None, use_cache=True``); the ``DynamicCache``
+  it returns is stacked into the fixed-size cache.
 * Feedback between calls: the cache, the validity mask, the token tensor so far and the last token are
   each step's inputs and outputs, under the same names from call to call (at full size a cache copy is
   ~45 MB, one per call would be 11 GB).
@@ -80,6 +77,7 @@ from lerobot.utils.constants import OBS_LANGUAGE_ATTENTION_MASK, OBS_LANGUAGE_TO
 from worker.fake_weights import real_tensors
 from worker.policies.adapters._common import Features, build_policy, config_dict
 from worker.policies.adapters._core_aten import EMPTY_LIKE_SUBSTITUTION, export_core
+from worker.policies.adapters._flow import stacked_cache
 from worker.policies.base import Call, ChunkPlan, TracedPolicy
 from worker.policies.observation import example_observation
 from worker.policies.offline import fast_tokenizer, paligemma
@@ -103,8 +101,7 @@ SUBSTITUTION = (
     "sample_actions_fast_kv_cache's growing DynamicCache, padding mask and position ids -> a fixed-size "
     "cache (prefix + max_decoding_steps - 1 positions, zero-padded) written at position prefix + t - 1 "
     "with torch.where, a validity mask of the written positions for the additive attention mask, and "
-    "position ids counted from it; the prefill's DynamicCache (empty tensors concatenated with each "
-    "layer's keys and values) -> those keys and values; the early stop at '|' (bool(finished.all())) -> "
+    "position ids counted from it; the early stop at '|' (bool(finished.all())) -> "
     "every step runs and writes 0 once an earlier token is '|' (checked equal to the policy's own loop "
     "on the example frame)"
 )
@@ -169,17 +166,16 @@ class _Prefix(torch.nn.Module):
         )
         if _lm_in_bf16(model):
             embs = embs.to(dtype=torch.bfloat16)
-        cache = _PrefillCache()
-        (out, _), _ = model.paligemma_with_expert.forward(
+        (out, _), cache = model.paligemma_with_expert.forward(
             attention_mask=prepare_attention_masks_4d(att_masks, dtype=embs.dtype),
             position_ids=torch.cumsum(pad_masks, dim=1) - 1,
-            past_key_values=cache,
+            past_key_values=None,
             inputs_embeds=[embs, None],
             use_cache=True,
             adarms_cond=[None, None],
         )
         first = _greedy(model, out)
-        keys, values = cache.stacked()
+        keys, values = stacked_cache(cache)
         free = self.cache_length - keys.shape[3]
         padding = torch.zeros((*keys.shape[:3], free, keys.shape[4]), dtype=keys.dtype)
         valid = torch.cat([pad_masks, torch.zeros((bsize, free), dtype=torch.bool)], dim=1)
@@ -191,32 +187,6 @@ class _Prefix(torch.nn.Module):
             generated,
             first,
         )
-
-
-class _PrefillCache:
-    """The cache interface the language model calls (``update``) for the prefill: each layer's keys and
-    values as computed. ``DynamicCache`` concatenates them to empty tensors, the same values."""
-
-    def __init__(self) -> None:
-        self.keys: list[torch.Tensor] = []
-        self.values: list[torch.Tensor] = []
-
-    def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        if layer_idx != len(self.keys):
-            raise RuntimeError(
-                f"pi0_fast: prefill cache updated for layer {layer_idx} after {len(self.keys)}"
-            )
-        self.keys.append(key_states)
-        self.values.append(value_states)
-        return key_states, value_states
-
-    def get_seq_length(self, layer_idx: int = 0) -> int:
-        return 0
-
-    def stacked(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.stack(self.keys), torch.stack(self.values)
 
 
 class _SlotCache:
