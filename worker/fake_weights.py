@@ -7,7 +7,7 @@ inputs), ``to_edge``, ``constant_prop_pass`` and the partitioners work on shapes
 all the coverage columns depend on. What needs values cannot run: eager references, and the
 serialization of constants into a ``.pte``.
 
-Four places where PyTorch and ExecuTorch assume real weights are worked around here, each in one
+Five places where PyTorch, transformers and ExecuTorch assume real weights are worked around here, each in one
 function:
 
 * ``Module.to()`` / ``_apply`` always swaps a ``FakeTensor`` parameter in place with
@@ -18,6 +18,13 @@ function:
   ``torch/nn/init.py``), which a fake tensor cannot answer (``DataDependentOutputException``): SigLIP's
   initialisation (pi0, pi05, pi0_fast) does. ``building_fake`` skips the draw for fake tensors, which
   hold no values; real tensors are drawn as usual.
+* A ``torch.distributions`` constructor validates its parameters (``constraint.check(value).all()``
+  read as a Python bool, torch 2.14), and transformers' ``_init_added_embeddings_weights_with_mean``
+  (``resize_token_embeddings``'s initialisation of added rows) branches on
+  ``constraints.positive_definite.check(covariance).all()`` of the old rows: neither can be answered
+  by a fake tensor. ``building_fake`` turns the distributions' default validation off (VLA-JEPA's
+  action head builds a training-time ``Beta``) and skips the added rows' initialisation when the
+  old rows are fake (Wall-X resizes its embedding to its tokenizer). Real builds do both as usual.
 * ``torch.export.save`` writes a fake tensor's (absent) storage as if it were real and the file does
   not load back: ``to_meta`` swaps the weights for meta tensors before saving, ``from_meta`` turns
   them into fake tensors of the loaded program's own fake mode after loading. ``torch.export.save``
@@ -36,6 +43,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
+from unittest import mock
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
@@ -85,20 +93,31 @@ def building_fake() -> Iterator[FakeTensorMode]:
     Real tensors a constructor makes with ``torch.from_numpy`` (sinusoidal tables, say) are accepted
     and treated as constants (``allow_non_fake_inputs``).
     """
+    from torch.distributions import Distribution
+    from transformers import PreTrainedModel
+
     mode = FakeTensorMode(allow_non_fake_inputs=True)
-    original_apply, original_trunc_normal = torch.nn.Module._apply, torch.nn.init._no_grad_trunc_normal_
+    original_trunc_normal = torch.nn.init._no_grad_trunc_normal_
+    mean_init = PreTrainedModel._init_added_embeddings_weights_with_mean
+    validate = Distribution._validate_args
 
     def trunc_normal(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         return tensor if is_fake(tensor) else original_trunc_normal(tensor, *args, **kwargs)
 
-    torch.nn.Module._apply = _replacing_apply()  # type: ignore[method-assign]
-    torch.nn.init._no_grad_trunc_normal_ = trunc_normal
-    try:
+    def added_rows(model: Any, old: Any, new: Any, old_count: int, added: int) -> None:
+        if not is_fake(old.weight):
+            mean_init(model, old, new, old_count, added)
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.object(torch.nn.Module, "_apply", _replacing_apply()))
+        stack.enter_context(mock.patch.object(torch.nn.init, "_no_grad_trunc_normal_", trunc_normal))
+        stack.enter_context(
+            mock.patch.object(PreTrainedModel, "_init_added_embeddings_weights_with_mean", added_rows)
+        )
+        Distribution.set_default_validate_args(False)
+        stack.callback(Distribution.set_default_validate_args, validate)
         with mode:
             yield mode
-    finally:
-        torch.nn.Module._apply = original_apply  # type: ignore[method-assign]
-        torch.nn.init._no_grad_trunc_normal_ = original_trunc_normal
 
 
 def is_fake(tensor: object) -> bool:

@@ -50,3 +50,38 @@ def test_a_module_holding_a_replaced_tensor_gets_its_latest_version() -> None:
         embed.to(dtype=torch.bfloat16)
         head.to(device="cpu")
         assert head.weight is embed.weight and head.weight.dtype == torch.bfloat16
+
+
+def test_distributions_validate_real_parameters_and_skip_fake_ones() -> None:
+    with FakeTensorMode(), pytest.raises(DataDependentOutputException):
+        torch.distributions.Beta(torch.tensor(1.5), torch.tensor(1.0))
+    with building_fake():
+        beta = torch.distributions.Beta(torch.tensor(1.5), torch.tensor(1.0))
+    assert is_fake(beta.concentration1)
+    with pytest.raises(ValueError, match="to satisfy the constraint"):  # validation is back on outside
+        torch.distributions.Beta(torch.tensor(-1.0), torch.tensor(1.0))
+
+
+def _tiny_language_model() -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2
+    )
+    return LlamaForCausalLM(config)
+
+
+def test_resized_embeddings_build_fake_and_initialise_real_added_rows_with_the_mean() -> None:
+    with building_fake():
+        fake = _tiny_language_model()
+        fake.resize_token_embeddings(40)
+    embedding = fake.get_input_embeddings().weight
+    assert is_fake(embedding) and embedding.shape == (40, 16)
+
+    torch.manual_seed(0)
+    real = _tiny_language_model()
+    old = real.get_input_embeddings().weight.detach().clone()
+    real.resize_token_embeddings(40)
+    new = real.get_input_embeddings().weight.detach()
+    assert torch.equal(new[:32], old)
+    assert torch.allclose(new[32:].mean(dim=0), old.mean(dim=0), atol=1e-3)  # drawn around the old mean

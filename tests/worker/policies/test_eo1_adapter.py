@@ -19,7 +19,7 @@ import torch
 from test_vla_adapters import check_plan, check_to_edge, data_dependent_ops, timed
 
 from coverfarm.offline_causes import NO_OFFLINE_BUILD
-from worker.policies.adapters import eo1
+from worker.policies.adapters import _qwen2_5_vl, eo1
 from worker.policies.adapters._randomness import SubstitutionMismatch
 from worker.policies.base import TracedPolicy
 from worker.policies.offline import qwen2_5_vl
@@ -153,15 +153,15 @@ def test_vision_tables_are_the_towers_own(tiny_backbone: str) -> None:
 
     config: Any = Qwen2_5_VLConfig(**qwen2_5_vl.CONFIGS[tiny_backbone])
     visual = Qwen2_5_VisionTransformerPretrainedModel._from_config(config.vision_config)
-    tables = eo1.vision_tables(visual, [[1, 18, 18], [1, 18, 18]])
+    tables = _qwen2_5_vl.vision_tables(visual, [[1, 18, 18], [1, 18, 18]])
     assert tables.tokens == [81, 81] and tables.full_lengths == [324, 324] and tables.max_grid_size == 18
     # 112-pixel windows are 4x4 merged tokens: a 9x9 token grid is 3x3 windows of 16, 16, 4 … tokens.
     assert len(tables.window_lengths) == 18 and sum(tables.window_lengths) == 648
     assert tables.window_lengths[:3] == [64, 64, 16]
-    eo1.check_static_rotary(visual, tables)
+    _qwen2_5_vl.check_static_rotary(visual, tables)
     wrong = dataclasses.replace(tables, pos_ids=[[w, h] for h, w in tables.pos_ids])
     with pytest.raises(SubstitutionMismatch, match="rotary position ids"):
-        eo1.check_static_rotary(visual, wrong)
+        _qwen2_5_vl.check_static_rotary(visual, wrong)
 
 
 # --- the small policy -----------------------------------------------------------------------------------
@@ -229,13 +229,13 @@ def test_eo1_from_a_saved_checkpoint(small: TracedPolicy, tiny_backbone: str, tm
 
 
 def test_eo1_static_vision_tower_is_checked(tiny_backbone: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = eo1.static_attention_forward
+    real = _qwen2_5_vl.static_attention_forward
 
     def shifted(attn: Any, lengths: list[int]) -> Any:
         forward = real(attn, lengths)
         return lambda *args, **kwargs: forward(*args, **kwargs) + 1e-2
 
-    monkeypatch.setattr(eo1, "static_attention_forward", shifted)
+    monkeypatch.setattr(_qwen2_5_vl, "static_attention_forward", shifted)
     with pytest.raises(SubstitutionMismatch, match="static vision tower"):
         eo1.trace_eo1_with(seed=0, checkpoint=None, overrides=OVERRIDES)
 

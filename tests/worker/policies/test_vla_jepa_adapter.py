@@ -277,12 +277,12 @@ def test_vla_jepa_from_a_saved_checkpoint(small: TracedPolicy, tiny_models: None
 
 
 def test_vla_jepa_static_prefix_is_checked(tiny_models: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = vla_jepa._static_deepstack
+    real = vla_jepa.static_deepstack
 
     def shifted(*args: Any) -> torch.Tensor:
         return real(*args) + 1e-1
 
-    monkeypatch.setattr(vla_jepa, "_static_deepstack", shifted)
+    monkeypatch.setattr(vla_jepa, "static_deepstack", shifted)
     with pytest.raises(SubstitutionMismatch, match="static prefix"):
         vla_jepa.trace_vla_jepa_with(seed=0, checkpoint=None, overrides=OVERRIDES)
 

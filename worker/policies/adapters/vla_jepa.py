@@ -30,15 +30,15 @@ actions themselves. The initial noise (the one ``torch.randn`` of ``predict_acti
 ``eager_chunk`` hands it to the policy's own ``predict_action_chunk``, which runs on the frame's raw
 observation (the policy tokenizes inside).
 
-With fake weights (``weights: fake``) the policy builds under ``worker.fake_weights.building_fake``, with
-``torch.distributions``' parameter checks skipped while it is built (``unvalidated_distributions_when_fake``):
-the action head's training-time ``Beta`` cannot check fake values.
+With fake weights (``weights: fake``) the policy builds under ``worker.fake_weights.building_fake``, which
+skips ``torch.distributions``' parameter checks: the action head's training-time ``Beta`` cannot check
+fake values.
 
 Static variants (the ``prefix`` program only; ``torch.export`` cannot trace the originals with static
 shapes). The policy's own ``predict_action_chunk`` runs the original code; the static prefix is checked
 equal to the original ``_encode_qwen`` on the example frame (``check_static_prefix``), and the tests compare
-the plan with ``predict_action_chunk``. The Qwen3-VL pieces are GR00T's (``groot``), where each is
-described:
+the plan with ``predict_action_chunk``. The Qwen3-VL pieces are shared with groot
+(``worker.policies.adapters._qwen3_vl``; groot's docstring describes each):
 
 * ``image_grid_thw`` is a constant of the program; the vision tower's per-image counts are Python ints;
   ``fast_pos_embed_interpolate``'s index and weight tables are constants built once by its own code.
@@ -46,7 +46,6 @@ described:
   over the token types) are a frame input, computed on the host by that same method of the model.
 * ``get_placeholder_mask``'s count check is done on the host; DeepStack's boolean-mask add is a
   ``torch.where``.
-* ``use_cache`` (the config's True: a discarded ``DynamicCache``) is False in the program.
 * ``_encode_qwen`` gathers the embodied-action tokens with ``nonzero`` of the ids (a data-dependent
   size); their positions are fixed by the prompt's layout, found on the host (checked contiguous) and a
   constant slice of the program.
@@ -76,15 +75,10 @@ from worker.policies.adapters._common import (
     restore_dtypes,
 )
 from worker.policies.adapters._core_aten import EMPTY_LIKE_SUBSTITUTION, export_core
+from worker.policies.adapters._qwen3_vl import StaticGrid, static_deepstack, static_pos_embed, with_grid
 from worker.policies.adapters._qwen_vl import overridden, placeholder_mask
 from worker.policies.adapters._randomness import SubstitutionMismatch, replay
-from worker.policies.adapters.groot import (
-    _static_deepstack,
-    _static_pos_embed,
-    _StaticGrid,
-    _with_grid,
-    discretized_times,
-)
+from worker.policies.adapters.groot import discretized_times
 from worker.policies.base import Call, TracedPolicy
 from worker.policies.observation import example_observation, standard_normal
 from worker.policies.offline import qwen3_vl, vjepa2
@@ -111,7 +105,7 @@ SUBSTITUTION = (
     "boolean selection) -> position ids a frame input computed on the host by the same method; "
     "get_placeholder_mask's inputs_embeds[mask].numel() check -> checked on the host; DeepStack's "
     "hidden[mask, :] += embeds -> torch.where(mask, hidden + embeds[cumsum(mask) - 1], hidden); "
-    "use_cache=True (a discarded DynamicCache) -> use_cache=False; the embodied-action tokens' gather "
+    "the embodied-action tokens' gather "
     "(nonzero of the ids) -> a constant slice found on the host (checked equal to the original _encode_qwen "
     "on the example frame)"
 )
@@ -201,28 +195,6 @@ def offline_vla_jepa(dtypes: BuiltDtypes) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def unvalidated_distributions_when_fake() -> Iterator[None]:
-    """With fake weights, ``torch.distributions`` skips its parameter checks while the policy is built.
-
-    Upstream behaviour worked around: a ``torch.distributions`` constructor validates its parameters
-    (``constraint.check(value).all()`` read as a Python bool, torch 2.14), which a ``FakeTensor`` cannot
-    answer (``DataDependentOutputException``); ``VLAJEPAActionHead`` builds ``Beta(1.5, 1.0)`` for its
-    training-time noise schedule. Fake tensors hold no values to check; a real build validates as usual.
-    """
-    from torch.distributions import Distribution
-
-    if not is_fake(torch.empty(0)):
-        yield
-        return
-    previous = Distribution._validate_args
-    Distribution.set_default_validate_args(False)
-    try:
-        yield
-    finally:
-        Distribution.set_default_validate_args(previous)
-
-
-@contextlib.contextmanager
 def static_qwen3_vl(
     qwen: Any, image_grid_thw: list[list[int]], pos_embed: Callable[..., Any]
 ) -> Iterator[None]:
@@ -244,10 +216,10 @@ def static_qwen3_vl(
         (qwen, "get_placeholder_mask"): placeholder_mask(qwen.config),
         (qwen, "get_image_features"): image_features,
         (visual, "fast_pos_embed_interpolate"): pos_embed,
-        (visual, "forward"): _with_grid(
-            visual.forward, lambda: _StaticGrid(patches, "image patch counts", frames)
+        (visual, "forward"): with_grid(
+            visual.forward, lambda: StaticGrid(patches, "image patch counts", frames)
         ),
-        (qwen.language_model, "_deepstack_process"): _static_deepstack,
+        (qwen.language_model, "_deepstack_process"): static_deepstack,
     }
     with overridden(overrides):
         yield
@@ -282,7 +254,7 @@ class _Prefix(torch.nn.Module):
         self.prompt = prompt
         self.grid = image_grid_thw
         qwen = policy.model.qwen.model
-        self.pos_embed = _static_pos_embed(qwen.model.visual, image_grid_thw)
+        self.pos_embed = static_pos_embed(qwen.model.visual, image_grid_thw)
         with real_tensors():  # a constant of the program: the vision tower reads it with .tolist()
             self.image_grid_thw = torch.tensor(image_grid_thw, dtype=torch.long)
 
@@ -297,7 +269,6 @@ class _Prefix(torch.nn.Module):
             "pixel_values": batch["pixel_values"],
             "image_grid_thw": self.image_grid_thw,
             "position_ids": batch["position_ids"],
-            "use_cache": False,
         }
         device_type = batch["input_ids"].device.type
         with (
@@ -341,7 +312,7 @@ def trace_vla_jepa_with(
     from lerobot.policies.vla_jepa.processor_vla_jepa import make_vla_jepa_pre_post_processors
 
     dtypes = BuiltDtypes()
-    with offline_vla_jepa(dtypes), unvalidated_distributions_when_fake():
+    with offline_vla_jepa(dtypes):
         policy: Any = build_policy(
             "vla_jepa", seed=seed, checkpoint=checkpoint, features=FEATURES, overrides=overrides
         )

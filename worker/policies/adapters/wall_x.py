@@ -10,8 +10,8 @@ from the hub. Offline (``offline_wall_x``) the config and the processor are
 image processing and a tokenizer of its vocabulary plus Wall-X's tokens) and the state dict is empty,
 so ``from_pretrained``'s own ``load_state_dict(strict=False)`` keeps the model it built with random
 weights from the seed; everything else in ``from_pretrained`` runs, including the resize of the
-embedding to the tokenizer's 153,715 tokens (whose mean initialisation of the added rows is skipped for
-fake weights, ``fake_added_rows``). The policy's dtypes stay: ``build_policy`` casts to fp32,
+embedding to the tokenizer's 153,715 tokens (whose mean initialisation of the added rows
+``building_fake`` skips for fake weights). The policy's dtypes stay: ``build_policy`` casts to fp32,
 and the adapter then calls the policy's own ``to_bfloat16_for_selected_params`` again (the one
 ``WallXPolicy.__init__`` calls): bf16 everywhere but the RMSNorms and the flow head, which are fp32
 (values that went through bf16, so the round trip is exact). ~4.2 B parameters, ~8.4 GB of real
@@ -44,7 +44,7 @@ Static variants (``torch.export`` cannot trace the originals with static shapes)
 ``predict_action_chunk`` runs the original code; ``check_static`` compares the programs with the
 original on the example frame, and the tests compare the plan with ``predict_action_chunk``:
 
-* The Qwen2.5-VL vision tower, as for eo1 (``worker.policies.adapters.eo1``: the image grid a program
+* The Qwen2.5-VL vision tower, shared with eo1 (``worker.policies.adapters._qwen2_5_vl``: the image grid a
   constant and its tables, rotary position ids, window index and boundaries, attention splits and
   per-image token counts, built once from it in Python). Wall-X installs its ``WallXVisionAttention``,
   which on CPU resolves to the native (non-flash) split attention that the static forward restates;
@@ -89,14 +89,14 @@ from worker.policies.adapters._common import (
     prefix_then_steps_plan,
 )
 from worker.policies.adapters._core_aten import EMPTY_LIKE_SUBSTITUTION, export_core
-from worker.policies.adapters._qwen_vl import overridden
-from worker.policies.adapters._randomness import SubstitutionMismatch, replay
-from worker.policies.adapters.eo1 import (
+from worker.policies.adapters._qwen2_5_vl import (
     VisionTables,
     check_static_rotary,
     static_vision_overrides,
     vision_tables,
 )
+from worker.policies.adapters._qwen_vl import overridden
+from worker.policies.adapters._randomness import SubstitutionMismatch, replay
 from worker.policies.base import Call, TracedPolicy
 from worker.policies.observation import example_observation, standard_normal
 from worker.policies.offline import wall_x as offline
@@ -167,29 +167,6 @@ def offline_wall_x() -> Iterator[None]:
         mock.patch.object(modeling_wall_x, "cached_file", lambda name, filename, **kwargs: filename),
         mock.patch.object(modeling_wall_x, "load_file", lambda filename: {}),
     ):
-        yield
-
-
-@contextlib.contextmanager
-def fake_added_rows() -> Iterator[None]:
-    """With fake weights, leave the embedding rows that ``resize_token_embeddings`` adds uninitialised.
-
-    Upstream behaviour worked around: ``from_pretrained`` resizes the embedding to the tokenizer, and
-    transformers' ``_init_added_embeddings_weights_with_mean`` branches on ``constraints.positive_definite
-    .check(covariance).all()`` of the old rows, which a fake tensor cannot answer
-    (``DataDependentOutputException``). Fake tensors hold no values to initialise; real ones are
-    initialised as usual.
-    """
-    from lerobot.policies.wall_x import modeling_wall_x
-
-    model_class: Any = modeling_wall_x.Qwen2_5_VLMoEForAction
-    mean_init = model_class._init_added_embeddings_weights_with_mean
-
-    def added_rows(model: Any, old: Any, new: Any, old_count: int, added: int) -> None:
-        if not is_fake(old.weight):
-            mean_init(model, old, new, old_count, added)
-
-    with mock.patch.object(model_class, "_init_added_embeddings_weights_with_mean", added_rows):
         yield
 
 
@@ -494,7 +471,7 @@ def trace_wall_x_with(
     """The adapter, with ``WallXConfig`` overrides (the tests' small configs use the same code path)."""
     from lerobot.policies.wall_x.processor_wall_x import make_wall_x_pre_post_processors
 
-    with offline_wall_x(), fake_added_rows():
+    with offline_wall_x():
         policy: Any = build_policy(
             "wall_x", seed=seed, checkpoint=checkpoint, features=FEATURES, overrides=overrides
         )
