@@ -140,15 +140,20 @@ def test_stand_in_umt5_tokenizer_pads_to_max_length() -> None:
 
 
 def test_the_scheduled_plan_reads_a_time_and_a_step_size_per_step() -> None:
+    from worker.policies.adapters._common import prefix_then_steps_plan
     from worker.policies.base import Call
 
     times = [torch.tensor([1000.0]), torch.tensor([500.0])]
     deltas = [torch.tensor(-0.5), torch.tensor(-0.5)]
-    plan = _wan.scheduled_steps_plan(Call("prefix", ("a",), ("c",)), ("c",), times=times, deltas=deltas)
+    prefix = Call("prefix", ("a",), ("c",))
+    steps = {"first_sample": "noise", "sample": "x", "chunk": "action", "times": times}
+    plan = prefix_then_steps_plan(prefix, ("c",), **steps, per_step={"dt": deltas})
     assert plan.frame_inputs == ("a", "noise") and plan.runs_per_chunk() == {"prefix": 1, "denoise_step": 2}
     assert plan.calls[1].inputs == ("c", "noise", "t.00", "dt.00")
     assert plan.calls[2].outputs == ("x.02", "action")
     assert torch.equal(plan.constants["dt.01"], deltas[1])
+    with pytest.raises(ValueError, match="2 times but 1 values of 'dt'"):
+        prefix_then_steps_plan(prefix, ("c",), **steps, per_step={"dt": deltas[:1]})
 
 
 def test_real_rotation_is_the_complex_product_bit_for_bit() -> None:

@@ -136,26 +136,38 @@ def prefix_then_steps_plan(
     times: Sequence[torch.Tensor],
     constants: Mapping[str, torch.Tensor] | None = None,
     frame_inputs: Sequence[str] | None = None,
+    per_step: Mapping[str, Sequence[torch.Tensor]] | None = None,
 ) -> ChunkPlan:
     """A prefix call once, then ``denoise_step`` once per time: step k reads ``step_inputs``, the current
-    sample and ``t.kk`` and writes the next sample (``<sample>.kk+1``; the first is ``first_sample``) and
-    the chunk so far (``<chunk>.kk+1``, the last one ``action``). The frame is ``frame_inputs``, by default
-    the prefix's inputs and ``noise`` (a policy whose prefix draws from the noise itself, or whose steps
-    read frame inputs the prefix does not, names its own); the times are plan constants beside
-    ``constants``."""
+    sample, ``t.kk`` and each ``per_step`` name's ``<name>.kk`` (a scheduler's step size, say), and writes
+    the next sample (``<sample>.kk+1``; the first is ``first_sample``) and the chunk so far
+    (``<chunk>.kk+1``, the last one ``action``). The frame is ``frame_inputs``, by default the prefix's
+    inputs and ``noise`` (a policy whose prefix draws from the noise itself, or whose steps read frame
+    inputs the prefix does not, names its own); the times and the per-step values are plan constants
+    beside ``constants``."""
     steps = len(times)
+    per_step = per_step or {}
+    for name, values in per_step.items():
+        if len(values) != steps:
+            raise ValueError(f"{steps} times but {len(values)} values of {name!r}")
     samples = [first_sample, *(f"{sample}.{k + 1:02d}" for k in range(steps))]
     calls = [prefix]
     for k in range(steps):
         chunk_name = "action" if k == steps - 1 else f"{chunk}.{k + 1:02d}"
+        extra = tuple(f"{name}.{k:02d}" for name in per_step)
         calls.append(
-            Call("denoise_step", (*step_inputs, samples[k], f"t.{k:02d}"), (samples[k + 1], chunk_name))
+            Call(
+                "denoise_step", (*step_inputs, samples[k], f"t.{k:02d}", *extra), (samples[k + 1], chunk_name)
+            )
         )
+    plan_constants = {**(constants or {}), **{f"t.{k:02d}": t for k, t in enumerate(times)}}
+    for name, values in per_step.items():
+        plan_constants.update({f"{name}.{k:02d}": value for k, value in enumerate(values)})
     return ChunkPlan(
         frame_inputs=(*prefix.inputs, "noise") if frame_inputs is None else tuple(frame_inputs),
         calls=tuple(calls),
         outputs=("action",),
-        constants={**(constants or {}), **{f"t.{k:02d}": t for k, t in enumerate(times)}},
+        constants=plan_constants,
     )
 
 

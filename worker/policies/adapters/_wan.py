@@ -23,7 +23,6 @@ from unittest import mock
 import torch
 
 from worker.fake_weights import real_tensors
-from worker.policies.base import Call, ChunkPlan
 from worker.policies.offline import wan2_2
 from worker.policies.offline.hub import known
 
@@ -64,43 +63,6 @@ def host_tables_on_real_tensors(owner: Any, method: str) -> Iterator[None]:
 
     with mock.patch.object(owner, method, on_real_tensors):
         yield
-
-
-def scheduled_steps_plan(
-    prefix: Call,
-    step_inputs: Sequence[str],
-    *,
-    times: Sequence[torch.Tensor],
-    deltas: Sequence[torch.Tensor],
-    sample: str = "x",
-    first_sample: str = "noise",
-) -> ChunkPlan:
-    """A prefix call once, then ``denoise_step`` once per scheduled time: step k reads ``step_inputs``, the
-    current sample, ``t.kk`` and ``dt.kk`` (the scheduler's time and step size, plan constants) and writes
-    the next sample (``<sample>.kk+1``) and the chunk so far (``action.kk+1``, the last one ``action``).
-    The frame is the prefix's inputs and ``first_sample``."""
-    if len(times) != len(deltas):
-        raise ValueError(f"{len(times)} times but {len(deltas)} step sizes")
-    steps = len(times)
-    samples = [first_sample, *(f"{sample}.{k + 1:02d}" for k in range(steps))]
-    calls = [prefix]
-    for k in range(steps):
-        chunk = "action" if k == steps - 1 else f"action.{k + 1:02d}"
-        calls.append(
-            Call(
-                "denoise_step",
-                (*step_inputs, samples[k], f"t.{k:02d}", f"dt.{k:02d}"),
-                (samples[k + 1], chunk),
-            )
-        )
-    constants = {f"t.{k:02d}": t for k, t in enumerate(times)}
-    constants.update({f"dt.{k:02d}": d for k, d in enumerate(deltas)})
-    return ChunkPlan(
-        frame_inputs=(*prefix.inputs, first_sample),
-        calls=tuple(calls),
-        outputs=("action",),
-        constants=constants,
-    )
 
 
 def zeroed_after(embedding: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

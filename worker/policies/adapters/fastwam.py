@@ -76,6 +76,7 @@ from worker.policies.adapters._common import (
     Features,
     build_policy,
     config_dict,
+    prefix_then_steps_plan,
     recorded_dtypes,
     restore_dtypes,
 )
@@ -447,8 +448,14 @@ def trace_fastwam_with(
         (*PREFIX_OUTPUTS, "x", "t", "dt"),
         ("x_next", "action"),
     )
-    plan = _wan.scheduled_steps_plan(
-        Call("prefix", PROGRAM_INPUTS, PREFIX_OUTPUTS), PREFIX_OUTPUTS, times=step_times, deltas=step_deltas
+    plan = prefix_then_steps_plan(
+        Call("prefix", PROGRAM_INPUTS, PREFIX_OUTPUTS),
+        PREFIX_OUTPUTS,
+        first_sample="noise",
+        sample="x",
+        chunk="action",
+        times=step_times,
+        per_step={"dt": step_deltas},
     )
 
     def eager_chunk(frame: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
