@@ -4,7 +4,8 @@ Each piece removes work that upstream repeats for every delegate partition and l
 program byte-identical (tests/worker/lowering): the pattern-graph cache (``pattern_cache``), one
 recompile of the partitioned graph module instead of one per partition (``deferred_recompile``), and one
 recompile and verifier run after duplicating the constants partitions share instead of one per copied
-constant (``deferred_constant_copies``).
+constant (``deferred_constant_copies``), and node provenance records shared instead of deep-copied each
+time a pass re-creates a node (``shared_provenance``, also in ``to_edge``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from contextlib import contextmanager
 from worker.lowering.deferred_constant_copies import deferred_constant_copy_checks
 from worker.lowering.deferred_recompile import deferred_partition_recompile
 from worker.lowering.pattern_cache import cached_pattern_graphs
+from worker.lowering.shared_provenance import shared_node_provenance
 
 __all__ = ["fast_lowering"]
 
@@ -22,5 +24,10 @@ __all__ = ["fast_lowering"]
 @contextmanager
 def fast_lowering() -> Iterator[None]:
     """Within the block, lowering skips upstream's repeated per-partition work; restored on exit."""
-    with cached_pattern_graphs(), deferred_constant_copy_checks(), deferred_partition_recompile():
+    with (
+        cached_pattern_graphs(),
+        deferred_constant_copy_checks(),
+        deferred_partition_recompile(),
+        shared_node_provenance(),
+    ):
         yield
