@@ -1,5 +1,6 @@
 """Fake weights give exactly the coverage of real weights: everything but export, for act on both
-backends (the fake-weight path is the same up to the partitioner, which is the backend's own). The
+backends and for vqbet (blockers, a batched convolution kept on the CPU, 21 programs) on Vulkan (the
+fake-weight path is the same up to the partitioner, which is the backend's own). The
 policy is built under a FakeTensorMode (``worker.fake_weights``), so these numbers can be computed for
 policies whose real weights do not fit the worker."""
 
@@ -51,3 +52,14 @@ def test_fake_weights_give_the_real_coverage(backend: str, analyzed: Analyzed) -
         assert {"trace", "partition"} <= set(doc.memory)
         assert all(value > 0 for value in doc.memory.values())
     assert "export" in real.memory
+
+
+def test_fake_weights_give_vqbets_partial_vulkan_coverage(analyzed: Analyzed) -> None:
+    real = analyzed("vqbet", "vulkan", ONE_FRAME)
+    fake = analyzed("vqbet", "vulkan", ONE_FRAME.model_copy(update={"weights": "fake"}))
+    assert real.partition.status is fake.partition.status is StageStatus.OK, (real.partition, fake.partition)
+    assert real.heavy_macs.on_backend is not None and 0 < real.heavy_macs.on_backend < real.heavy_macs.total
+    assert real.blockers and real.programs.count is not None and real.programs.count > 1
+    assert coverage(fake) == coverage(real)
+    assert tracker.row(fake)[:4] == tracker.row(real)[:4]
+    assert fake.weights is not None and fake.weights.mode == "fake"
