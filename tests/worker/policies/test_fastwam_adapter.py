@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import torch
 from lerobot.configs import FeatureType
-from test_vla_adapters import timed
+from test_vla_adapters import check_plan, data_dependent_ops, timed
 
 from coverfarm.offline_causes import NO_OFFLINE_BUILD
 from worker.policies import registry
@@ -189,14 +189,7 @@ def test_fastwam_small_builds_offline_in_the_policys_dtypes(small: TracedPolicy)
 
 
 def test_fastwam_small_has_no_data_dependent_or_complex_ops(small: TracedPolicy) -> None:
-    suspects = ("rand", "normal", "multinomial", "aten.item", "scalar_dense", "nonzero", "complex")
-    found = {
-        str(node.target)
-        for program in small.programs
-        for node in program.exported.graph.nodes
-        if node.op == "call_function" and any(s in str(node.target) for s in suspects)
-    }
-    assert not found
+    assert not data_dependent_ops(small, "complex")
 
 
 def test_fastwam_small_denoise_step_to_edge(small: TracedPolicy) -> None:
@@ -209,16 +202,8 @@ def test_fastwam_small_denoise_step_to_edge(small: TracedPolicy) -> None:
 def test_fastwam_small_plan_equals_predict_action_chunk(small: TracedPolicy, frame_index: int) -> None:
     # The plan through the exported programs, through the eager modules and the policy's own
     # predict_action_chunk (its original code, fed the frame's noise, tokenizing the task itself) agree.
-    frame = small.make_frame(frame_index)
-    assert set(frame) == set(small.plan.frame_inputs)
-    exported = {program.name: program.exported.module() for program in small.programs}
-    with torch.no_grad():
-        through_exported = small.plan.run(exported, frame)
-        through_eager = small.plan.run(small.eager, frame)
-    torch.testing.assert_close(through_exported, through_eager)
-    assert small.eager_chunk is not None
-    torch.testing.assert_close(small.eager_chunk(frame), through_eager, rtol=0, atol=0)
-    assert through_eager["action"].shape == (1, 32, 7) and through_eager["action"].dtype == torch.float32
+    action = check_plan(small, frame_index, exact_eager_chunk=True)
+    assert action.shape == (1, 32, 7) and action.dtype == torch.float32
 
 
 def test_fastwam_static_prefix_is_checked(small: TracedPolicy, monkeypatch: pytest.MonkeyPatch) -> None:
