@@ -11,6 +11,7 @@ import pytest
 import torch
 from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
 from executorch.exir import to_edge, to_edge_transform_and_lower
+from method_calls import counted_calls
 from torch.fx import GraphModule
 from tracker_repros import Blocks
 
@@ -44,18 +45,8 @@ class TwoHeads(torch.nn.Module):
 @pytest.fixture
 def recompiles() -> Iterator[Counter[int]]:
     """Counts GraphModule.recompile calls per module (by id)."""
-    calls: Counter[int] = Counter()
-    original = GraphModule.recompile
-
-    def counting(self: GraphModule) -> object:
-        calls[id(self)] += 1
-        return original(self)
-
-    GraphModule.recompile = counting  # type: ignore[method-assign,assignment]
-    try:
+    with counted_calls(GraphModule, "recompile") as calls:
         yield calls
-    finally:
-        GraphModule.recompile = original  # type: ignore[method-assign]
 
 
 def lower(model: torch.nn.Module, example: torch.Tensor) -> tuple[bytes, str, int]:

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 from executorch.exir.program._program import EdgeProgramManager
+from method_calls import counted_calls
 from test_deferred_recompile import BLOCKS, TwoHeads, lower
 from torch.export import ExportedProgram
 from tracker_repros import Blocks
@@ -21,18 +22,8 @@ from worker.lowering.unlifted_delegates import call_delegate, unlifted_delegates
 @pytest.fixture
 def unlifts() -> Iterator[Counter[int]]:
     """Counts ``ExportedProgram.module()`` calls per program (by id)."""
-    calls: Counter[int] = Counter()
-    original = ExportedProgram.module
-
-    def counting(self: ExportedProgram, *args: object, **kwargs: object) -> torch.fx.GraphModule:
-        calls[id(self)] += 1
-        return original(self, *args, **kwargs)
-
-    ExportedProgram.module = counting  # type: ignore[method-assign]
-    try:
+    with counted_calls(ExportedProgram, "module") as calls:
         yield calls
-    finally:
-        ExportedProgram.module = original  # type: ignore[method-assign]
 
 
 @pytest.mark.parametrize("name", ["blocks", "two_heads"])
