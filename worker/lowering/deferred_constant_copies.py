@@ -24,7 +24,7 @@ from typing import Any
 import executorch.exir.backend.backend_api as backend_api
 from torch.export import ExportedProgram
 
-from worker.lowering.patching import module_attributes
+from worker.lowering.patching import replaced_attributes
 
 __all__ = ["deferred_constant_copy_checks"]
 
@@ -79,7 +79,7 @@ def _check_before_partitioning(
 def deferred_constant_copy_checks() -> Iterator[None]:
     """Within the block, ``to_backend`` checks each program once after duplicating shared constants.
 
-    Process-global and not thread-safe, like the module attributes it replaces.
+    Process-global and not thread-safe, like the attributes it replaces.
     """
     pending: list[ExportedProgram] = []
     replacements = {
@@ -90,7 +90,7 @@ def deferred_constant_copy_checks() -> Iterator[None]:
         "_create_partitions": _check_before_partitioning(backend_api._create_partitions, pending),
     }
     try:
-        with module_attributes(backend_api, **replacements):
+        with replaced_attributes(backend_api, **replacements):
             yield
     finally:
         pending.clear()

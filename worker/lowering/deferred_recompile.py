@@ -27,7 +27,7 @@ import executorch.exir.backend.backend_api as backend_api
 import executorch.exir.lowered_backend_module as lowered_backend_module
 from torch.fx import GraphModule
 
-from worker.lowering.patching import module_attributes
+from worker.lowering.patching import replaced_attributes
 
 __all__ = ["deferred_partition_recompile"]
 
@@ -92,13 +92,13 @@ def _recompile_after_partitioning(
 def deferred_partition_recompile() -> Iterator[None]:
     """Within the block, ``to_backend`` recompiles each partitioned graph module once; restored on exit.
 
-    Process-global and not thread-safe, like the module attributes it replaces.
+    Process-global and not thread-safe, like the attributes it replaces.
     """
     pending: list[GraphModule] = []
     legalize = _legalize_graph_without_recompile(lowered_backend_module.legalize_graph, pending)
     create = _recompile_after_partitioning(backend_api._create_partitions_in_graph_module, pending)
     with (
-        module_attributes(lowered_backend_module, legalize_graph=legalize),
-        module_attributes(backend_api, _create_partitions_in_graph_module=create),
+        replaced_attributes(lowered_backend_module, legalize_graph=legalize),
+        replaced_attributes(backend_api, _create_partitions_in_graph_module=create),
     ):
         yield

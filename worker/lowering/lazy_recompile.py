@@ -26,14 +26,15 @@ Lazy modules in ``to_edge`` too gained nothing measurable on tdmpc (169 s of low
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
 from executorch.exir.program._program import EdgeProgramManager
 from torch.fx import GraphModule
 from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch.fx.graph import _PyTreeCodeGen
+
+from worker.lowering.patching import replaced_attributes, within
 
 __all__ = ["lazy_code_in_backend_and_emit", "lazy_graph_module_code"]
 
@@ -81,45 +82,18 @@ def _new_graph_module(cls: type[GraphModule], *args: Any, **kwargs: Any) -> Grap
     return _STOCK_NEW.__func__(lazy, *args, **kwargs)
 
 
-_depth = 0
-
-
-@contextmanager
-def lazy_graph_module_code() -> Iterator[None]:
+def lazy_graph_module_code() -> AbstractContextManager[None]:
     """Within the block, ``torch.fx.GraphModule(...)`` builds a module whose code is generated on first
-    use; restored on exit (modules built inside stay lazy, and correct, afterwards). Re-entrant;
+    use; restored on exit (modules built inside stay lazy, and correct, afterwards). Nestable;
     process-global and not thread-safe."""
-    global _depth
-    _depth += 1
-    if _depth == 1:
-        GraphModule.__new__ = staticmethod(_new_graph_module)  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        _depth -= 1
-        if _depth == 0:
-            GraphModule.__new__ = _STOCK_NEW  # type: ignore[method-assign]
+    return replaced_attributes(GraphModule, __new__=staticmethod(_new_graph_module))
 
 
-def _lazily(method: Callable[..., Any]) -> Callable[..., Any]:
-    def run(*args: Any, **kwargs: Any) -> Any:
-        with lazy_graph_module_code():
-            return method(*args, **kwargs)
-
-    run.__wrapped__ = method  # type: ignore[attr-defined]
-    return run
-
-
-@contextmanager
-def lazy_code_in_backend_and_emit() -> Iterator[None]:
+def lazy_code_in_backend_and_emit() -> AbstractContextManager[None]:
     """Within the block, ``EdgeProgramManager.to_backend`` and ``to_executorch`` build lazy graph
     modules; restored on exit."""
-    to_backend = vars(EdgeProgramManager)["to_backend"]
-    to_executorch = vars(EdgeProgramManager)["to_executorch"]
-    EdgeProgramManager.to_backend = _lazily(to_backend)
-    EdgeProgramManager.to_executorch = _lazily(to_executorch)
-    try:
-        yield
-    finally:
-        EdgeProgramManager.to_backend = to_backend
-        EdgeProgramManager.to_executorch = to_executorch
+    return replaced_attributes(
+        EdgeProgramManager,
+        to_backend=within(EdgeProgramManager.to_backend, lazy_graph_module_code),
+        to_executorch=within(EdgeProgramManager.to_executorch, lazy_graph_module_code),
+    )

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch.fx.traceback as fx_traceback
 
-from worker.lowering.patching import module_attributes
+from worker.lowering.patching import replaced_attributes
 
 __all__ = ["shared_node_provenance"]
 
@@ -42,5 +42,5 @@ def shared_node_provenance() -> Iterator[None]:
     """Within the block, torch.fx's provenance records are shared instead of deep-copied; restored on
     exit. ``torch.fx.traceback`` uses ``copy.copy`` and ``copy.deepcopy`` only; the replacement
     module-level ``copy`` it sees keeps ``copy.copy`` as it is."""
-    with module_attributes(fx_traceback, copy=SimpleNamespace(copy=copy.copy, deepcopy=_provenance_copy)):
+    with replaced_attributes(fx_traceback, copy=SimpleNamespace(copy=copy.copy, deepcopy=_provenance_copy)):
         yield

@@ -16,8 +16,8 @@ metadata. Same ``.pte`` bytes (tests/worker/lowering/test_unlifted_delegates.py)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from importlib import import_module
 from types import SimpleNamespace
 from typing import Any
@@ -25,7 +25,7 @@ from typing import Any
 from executorch.exir.program._program import EdgeProgramManager
 from torch.fx import GraphModule
 
-from worker.lowering.patching import module_attributes
+from worker.lowering.patching import replaced_attributes, within
 
 __all__ = ["unlifted_delegates_once"]
 
@@ -34,42 +34,32 @@ call_delegate = import_module("torch._higher_order_ops.executorch_call_delegate"
 
 
 def _reusing_unlifted(
-    call_delegate_cpu: Callable[..., Any], unlifted: dict[int, tuple[Any, Any, GraphModule]]
+    call_delegate_cpu: Callable[..., Any], unlifted: dict[Any, tuple[Any, GraphModule]]
 ) -> Callable[..., Any]:
     """``call_delegate_cpu`` unchanged, given a lowered module whose ``original_module.module()``
-    returns the module unlifted at its first call."""
+    returns the module unlifted at its first call (keyed by the lowered module itself)."""
 
     def call_delegate_cpu_once(lowered_module: Any, *args: Any) -> Any:
         program = lowered_module.original_module
-        entry = unlifted.get(id(lowered_module))
-        if entry is None or entry[0] is not lowered_module or entry[1] is not program:
-            entry = (lowered_module, program, program.module())
-            unlifted[id(lowered_module)] = entry
-        module = entry[2]
+        entry = unlifted.get(lowered_module)
+        if entry is None or entry[0] is not program:
+            entry = unlifted[lowered_module] = (program, program.module())
+        module = entry[1]
         view = SimpleNamespace(original_module=SimpleNamespace(module=lambda: module))
         return call_delegate_cpu(view, *args)
 
     return call_delegate_cpu_once
 
 
-@contextmanager
-def unlifted_delegates_once() -> Iterator[None]:
+def _one_unlift_per_delegate() -> AbstractContextManager[None]:
+    """Within the block, ``call_delegate_cpu`` reuses each delegate's unlifted module; the modules are
+    dropped with the block."""
+    reusing = _reusing_unlifted(call_delegate.call_delegate_cpu, {})
+    return replaced_attributes(call_delegate, call_delegate_cpu=reusing)
+
+
+def unlifted_delegates_once() -> AbstractContextManager[None]:
     """Within the block, ``EdgeProgramManager.to_executorch`` unlifts each delegate's original program
-    once; the unlifted modules are dropped when it returns. Restored on exit; process-global and not
-    thread-safe."""
-    to_executorch = vars(EdgeProgramManager)["to_executorch"]
-
-    def to_executorch_unlifting_once(*args: Any, **kwargs: Any) -> Any:
-        unlifted: dict[int, tuple[Any, Any, GraphModule]] = {}
-        reusing = _reusing_unlifted(call_delegate.call_delegate_cpu, unlifted)
-        try:
-            with module_attributes(call_delegate, call_delegate_cpu=reusing):
-                return to_executorch(*args, **kwargs)
-        finally:
-            unlifted.clear()
-
-    EdgeProgramManager.to_executorch = to_executorch_unlifting_once
-    try:
-        yield
-    finally:
-        EdgeProgramManager.to_executorch = to_executorch
+    once per call. Restored on exit; process-global and not thread-safe."""
+    to_executorch = within(EdgeProgramManager.to_executorch, _one_unlift_per_delegate)
+    return replaced_attributes(EdgeProgramManager, to_executorch=to_executorch)
