@@ -21,13 +21,18 @@ from coverfarm.digest import bundle_digest
 from gpu_runner import runtime
 from gpu_runner import runtime as runtime_module  # ``run_bundle``'s ``runtime`` argument hides the name
 from gpu_runner.manifest import BundleError, Manifest, Plan, load_manifest
+from gpu_runner.native_runtime import NativeProgram, NativeRuntime, shader_cache_state
 from gpu_runner.probe import probe
 from gpu_runner.result import (
+    DeviceFailure,
     DeviceResult,
     FramesCheck,
     LatencyStats,
+    LoadReport,
     OutputCheck,
+    ProbeReport,
     ProgramCheck,
+    RuntimeIdentity,
     Tolerance,
 )
 from gpu_runner.runtime_choice import RuntimeChoice, choose_runtime
@@ -70,7 +75,12 @@ def run_bundle(
         manifest = load_manifest(bundle)
     except BundleError as error:
         return _finish(
-            DeviceResult(bundle_sha256=expected_sha256 or bundle.name, status="failed", error=str(error))
+            DeviceResult(
+                bundle_sha256=expected_sha256 or bundle.name,
+                status="failed",
+                error=str(error),
+                failure=DeviceFailure(kind="bundle", cause=str(error)),
+            )
         )
     try:
         engine = (
@@ -86,6 +96,7 @@ def run_bundle(
                 backend=manifest.backend,
                 status="failed",
                 error=str(error),
+                failure=error.failure or DeviceFailure(kind="runtime_unavailable", cause=str(error)),
             )
         )
     report = probe(python_runtime=engine.kind == "python", executor_runner=executor_runner)
@@ -95,6 +106,7 @@ def run_bundle(
         backend=manifest.backend,
         device_class=_device_class(report.device_classes, manifest.backend),
         runtime=engine.kind,
+        runtime_identity=runtime_identity(engine, report, manifest),
         probe=report,
         tolerance=Tolerance(rtol=manifest.tolerance.rtol, atol=manifest.tolerance.atol),
         status="ok",
@@ -102,21 +114,97 @@ def run_bundle(
     try:
         if isinstance(engine, runtime_module.PythonRuntime):
             engine.prepare()  # import it first, so this times loading the programs and nothing else
+        cache = shader_cache_state() if manifest.backend == "vulkan" else None
         start = time.perf_counter()
         programs = {
             p.name: engine.load_program(p, bundle / p.pte, manifest.backend) for p in manifest.programs
         }
         load_ms = (time.perf_counter() - start) * 1e3
+        result.load = load_report(programs, cache)
         result.testcase = replay_testcase(bundle, manifest, programs)
         result.frames = check_frames(bundle, manifest, programs)
         result.latency = time_chunk(bundle, manifest, programs, warmup, iterations, load_ms, engine=engine)
     except (runtime_module.RuntimeFailure, BundleError) as error:
         result.status, result.error = "failed", str(error)
+        failure = error.failure if isinstance(error, runtime_module.RuntimeFailure) else None
+        result.failure = failure or DeviceFailure(
+            kind="bundle" if isinstance(error, BundleError) else "crashed", cause=str(error)
+        )
         return _finish(result)
+    finally:
+        engine.close()
     wrong = _verdict(result, manifest.tolerance.atol, manifest.tolerance.rtol)
     if wrong:
         result.status, result.error = "failed", wrong
+        result.failure = _wrong_output(result, wrong)
     return _finish(result)
+
+
+def runtime_identity(
+    engine: runtime_module.ProgramRuntime, report: ProbeReport, manifest: Manifest
+) -> RuntimeIdentity:
+    """Which ExecuTorch runs the bundle against which exported it: the wheel's version for the Python
+    runtime, the declared source for a native binary; ``matches_export`` is False when they differ."""
+    exported = manifest.versions.get("executorch")
+    if isinstance(engine, NativeRuntime):
+        version, commit = engine.declared.version, engine.declared.commit
+        source = f"{'source' if commit is None else commit[:10]} ({version or 'version not declared'})"
+        described = f"native executor_runner built from {source}"
+    else:
+        version, commit = report.executorch.version, None
+        described = f"executorch {version or '(version unknown)'} wheel"
+    matches = None if version is None or exported is None else version == exported
+    note = f"runtime {described}; export executorch {exported or '(unknown)'}"
+    if matches is False:
+        note += ": runtime and export differ"
+    return RuntimeIdentity(
+        kind=engine.kind,
+        version=version,
+        commit=commit,
+        export_version=exported,
+        matches_export=matches,
+        note=note,
+    )
+
+
+def load_report(programs: Programs, shader_cache: str | None) -> LoadReport | None:
+    """The binary's own load figures per program (the native runtime), else none."""
+    loads = [p.load for p in programs.values() if isinstance(p, NativeProgram)]
+    if not loads:
+        return None
+
+    def total(values: list[float | None]) -> float | None:
+        return None if any(v is None for v in values) else float(sum(v for v in values if v is not None))
+
+    return LoadReport(
+        programs=loads,
+        first_ms=total([load.first_ms for load in loads]),
+        warm_ms=total([load.warm_ms for load in loads]),
+        shader_cache=shader_cache,
+        measured_by=(
+            "executor_runner's own 'Model loaded in N ms': first, a load-only process per program "
+            "(the run's first load); warm, the load that starts the program's live process"
+        ),
+    )
+
+
+def _wrong_output(result: DeviceResult, cause: str) -> DeviceFailure:
+    worst_case = max(
+        (c for c in result.testcase if not c.passed and c.max_abs_error is not None),
+        key=lambda c: c.max_abs_error or 0.0,
+        default=None,
+    )
+    frames = [o for o in (result.frames.outputs if result.frames else []) if not o.passed]
+    worst_frame = max(frames, key=lambda o: o.max_abs_error, default=None)
+    return DeviceFailure(
+        kind="wrong_output",
+        cause=cause,
+        program=worst_case.program if worst_case else None,
+        max_abs_error=(
+            worst_case.max_abs_error if worst_case else (worst_frame.max_abs_error if worst_frame else None)
+        ),
+        min_sqnr_db=worst_frame.min_sqnr_db if worst_frame else None,
+    )
 
 
 def _verdict(result: DeviceResult, atol: float, rtol: float) -> str | None:
@@ -285,8 +373,8 @@ def time_chunk(
     engine = engine or runtime_module.PythonRuntime()
     env = _frame_env(manifest, _npz(bundle, "frames.npz"), _npz(bundle, "constants.npz"), 0)
     record: Recorded = []
-    if engine.kind == "native":  # it times each call apart, on that call's real inputs (fed back)
-        run_plan(manifest.plan, programs, env, record)
+    if isinstance(engine, NativeRuntime) and not engine.server_mode:
+        run_plan(manifest.plan, programs, env, record)  # it times each call apart, on its real inputs
     calls = [(programs[name], inputs) for name, inputs in record]
     samples, method = engine.time_chunk(
         lambda: run_plan(manifest.plan, programs, env), calls, warmup, iterations

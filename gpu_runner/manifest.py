@@ -57,6 +57,7 @@ class Manifest(BaseModel):
     plan: Plan
     tolerance: ToleranceSpec
     frames: int
+    versions: dict[str, str] = Field(default_factory=dict)  # of the exporting stack (manifest.json)
 
 
 def load_manifest(bundle: Path) -> Manifest:

@@ -2,7 +2,8 @@
 
 The host's owner builds it from ExecuTorch (``examples/portable/executor_runner``, with
 ``EXECUTORCH_BUILD_VULKAN=ON`` for Vulkan, event tracer off) and gives its path with
-``--executor-runner PATH`` or ``COVERFARM_EXECUTOR_RUNNER``. coverfarm never builds it.
+``--executor-runner PATH`` or ``COVERFARM_EXECUTOR_RUNNER``, and the source it was built from with
+``COVERFARM_EXECUTOR_RUNNER_VERSION`` and ``COVERFARM_EXECUTOR_RUNNER_COMMIT``. coverfarm never builds it.
 
 What the binary offers, and so what this module relies on (ExecuTorch's ``executor_runner.cpp``):
 ``--model_path``; ``--inputs a.bin,b.bin`` (raw bytes, one file per method input in order, each
@@ -12,31 +13,51 @@ programs (``.bpte``) when built with bundled IO. It logs through ExecuTorch's PA
 (``I 00:00:00.012345 executorch:executor_runner.cpp:431] Model loaded in 12.3 ms.``): recent builds
 log the load time and each execution's time, older ones only the total of all executions.
 
-One process runs one program call, so a chunk plan costs a process start and a program load per
-call. Latency is therefore taken from the binary's own execution times with ``--num_executions`` on
-each call of the plan, never from the wall clock of the processes; the result says which.
+A binary with ``--server_mode`` (ExecuTorch 1.4.1 and later) loads each program once and executes it once
+per line read on stdin: it re-reads its ``--inputs`` files, runs, rewrites its ``--output_file`` outputs
+and logs ``SERVER MODE DONE``. Each program of a bundle then gets one live process (``NativeServer``),
+and an action chunk is timed end to end through them, file hand-over included, as the Python runtime's
+chunk includes its numpy hand-over. An older binary runs one process per call; its latency is taken
+from its own logged execution times with ``--num_executions``, never from the wall clock of processes
+(``chunk_samples``). Either way the result says which.
+
+Failures are classified (``gpu_runner.result.DeviceFailure``): a process that ends before its program
+is loaded was refused at load, one that ends after was a crash (its signal and last lines), and one
+that runs past its bound is out of time; the runtime's own message is kept in full.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import queue
 import re
+import signal
 import subprocess
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 
 from gpu_runner.manifest import ProgramSpec, TensorSpec
-from gpu_runner.result import NativeRuntimeInfo
-from gpu_runner.runtime import RUNTIME_BACKEND, Program, RuntimeFailure, RuntimeKind
+from gpu_runner.result import DeviceFailure, FailureKind, NativeRuntimeInfo, ProgramLoad
+from gpu_runner.runtime import RUNTIME_BACKEND, Program, RuntimeFailure, RuntimeKind, time_whole_chunks
 
 ENV_VAR = "COVERFARM_EXECUTOR_RUNNER"
+VERSION_ENV_VAR = "COVERFARM_EXECUTOR_RUNNER_VERSION"
+COMMIT_ENV_VAR = "COVERFARM_EXECUTOR_RUNNER_COMMIT"
 CALL_TIMEOUT_S = 900.0
 HELP_TIMEOUT_S = 20.0
+TAIL_LINES = 40  # of a failed process's output kept in its failure
+# What a server-mode executor_runner logs once its program is loaded, and after each execution.
+SERVER_READY = "Running in server mode"
+SERVER_DONE = "SERVER MODE DONE"
 # The names ExecuTorch backends register under (``register_backend({"VulkanBackend", ...})``).
 BACKEND_NAMES = (
     *RUNTIME_BACKEND.values(),
@@ -68,6 +89,20 @@ def configured_path(explicit: Path | None = None) -> Path | None:
         return explicit
     value = os.environ.get(ENV_VAR, "").strip()
     return Path(value) if value else None
+
+
+@dataclass(frozen=True)
+class DeclaredSource:
+    """The ExecuTorch source the host's owner says the binary was built from."""
+
+    version: str | None = None
+    commit: str | None = None
+
+    @classmethod
+    def from_environment(cls) -> DeclaredSource:
+        version = os.environ.get(VERSION_ENV_VAR, "").strip() or None
+        commit = os.environ.get(COMMIT_ENV_VAR, "").strip() or None
+        return cls(version=version, commit=commit)
 
 
 def check_binary(path: Path) -> None:
@@ -150,9 +185,16 @@ def runner_args(
     executions: int = 1,
     output_base: Path | None = None,
     bundleio: tuple[float, float] | None = None,
+    server_mode: bool = False,
+    quiet_outputs: bool = False,
 ) -> list[str]:
-    """The command line (gflags ``--flag=value``); ``bundleio`` is (rtol, atol) for a ``.bpte``."""
+    """The command line (gflags ``--flag=value``); ``bundleio`` is (rtol, atol) for a ``.bpte``;
+    ``quiet_outputs`` adds ``--print_output=none`` (binaries that print outputs by default)."""
     args = [str(binary), f"--model_path={pte}", f"--num_executions={executions}"]
+    if server_mode:
+        args.append("--server_mode")
+    if quiet_outputs:
+        args.append("--print_output=none")
     if inputs:
         if any("," in str(path) for path in inputs):
             raise RuntimeFailure(f"input paths cannot hold a comma for --inputs: {list(map(str, inputs))}")
@@ -214,8 +256,27 @@ def help_flags(binary: Path) -> list[str]:
     return sorted(set(_HELP_FLAG.findall(run.stdout + run.stderr)))
 
 
-def describe_binary(path: Path | None) -> NativeRuntimeInfo:
-    """What the probe records about the native runtime (``none configured`` without a path)."""
+def logs_through_pal(binary: Path) -> bool | None:
+    """Whether the binary logs through ExecuTorch's PAL, which "Model loaded in N ms" is read from: a
+    run on a missing program must log its refusal as a PAL line (builds with logging compiled out
+    print nothing). None when the binary could not be run."""
+    try:
+        run = subprocess.run(
+            [str(binary), "--model_path=/nonexistent/coverfarm-probe.pte", "--num_executions=0"],
+            capture_output=True,
+            text=True,
+            timeout=HELP_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return any(_LOG_LINE.match(line.rstrip()) for line in (run.stderr + "\n" + run.stdout).splitlines())
+
+
+def describe_binary(path: Path | None, declared: DeclaredSource | None = None) -> NativeRuntimeInfo:
+    """What the probe records about the native runtime (``none configured`` without a path): what the
+    binary says of itself (flags, backends, logging) and the source its owner declares."""
+    declared = declared or DeclaredSource.from_environment()
     if path is None:
         return NativeRuntimeInfo(status=f"none configured (set {ENV_VAR} or --executor-runner)")
     try:
@@ -225,6 +286,22 @@ def describe_binary(path: Path | None) -> NativeRuntimeInfo:
     flags = help_flags(path)
     # Every executor_runner parses its flags with gflags, which lists them for --helpshort.
     status = "ok" if "model_path" in flags else f"{path} is not an executor_runner: no --model_path flag"
+    # --etdump_path exists only in builds with ET_EVENT_TRACER_ENABLED (executor_runner.cpp).
+    event_tracer = "etdump_path" in flags
+    logging = logs_through_pal(path) if status == "ok" else None
+    problems = []
+    if event_tracer:
+        problems.append(
+            "built with the event tracer (--etdump_path): the Vulkan runtime's query pool then stops "
+            "programs of more than about 2,000 dispatches; rebuild with EXECUTORCH_ENABLE_EVENT_TRACER=OFF"
+        )
+    if logging is False:
+        problems.append("logs nothing through ExecuTorch's PAL: load times cannot be read from it")
+    if declared.version is None or declared.commit is None:
+        problems.append(
+            f"its ExecuTorch source is not declared: set {VERSION_ENV_VAR} and {COMMIT_ENV_VAR} "
+            "so that every result says which runtime ran it"
+        )
     return NativeRuntimeInfo(
         path=str(path),
         status=status,
@@ -232,7 +309,135 @@ def describe_binary(path: Path | None) -> NativeRuntimeInfo:
         backends_from="registration names in the binary and the ExecuTorch libraries it loads",
         flags=flags,
         bundle_io="bundleio_rtol" in flags,
+        declared_version=declared.version,
+        declared_commit=declared.commit,
+        server_mode="server_mode" in flags,
+        event_tracer=event_tracer,
+        logging=logging,
+        problems=problems,
     )
+
+
+def shader_cache_state(environ: Mapping[str, str] | None = None, home: Path | None = None) -> str:
+    """What the Vulkan driver's shader disk cache holds before a run's first load, which decides
+    whether that load is cold: NVIDIA's GLCache (``__GL_SHADER_DISK_CACHE``, ``..._PATH``) and Mesa's
+    cache (``MESA_SHADER_CACHE_DISABLE``, ``MESA_SHADER_CACHE_DIR``), under ``XDG_CACHE_HOME`` or
+    ``~/.cache``."""
+    env = os.environ if environ is None else environ
+    cache_home = Path(env.get("XDG_CACHE_HOME") or (home or Path.home()) / ".cache")
+    described = []
+    for driver, off, path_var, default in (
+        ("nvidia", "__GL_SHADER_DISK_CACHE", "__GL_SHADER_DISK_CACHE_PATH", cache_home / "nvidia/GLCache"),
+        ("mesa", "MESA_SHADER_CACHE_DISABLE", "MESA_SHADER_CACHE_DIR", cache_home / "mesa_shader_cache"),
+    ):
+        disabled = env.get(off, "").strip().lower()
+        if (driver == "nvidia" and disabled == "0") or (driver == "mesa" and disabled in ("1", "true")):
+            described.append(f"{driver}: disabled ({off}={env[off]})")
+            continue
+        folder = Path(env[path_var]) if env.get(path_var) else default
+        files = [f for f in folder.rglob("*") if f.is_file()] if folder.is_dir() else []
+        if files:
+            size = sum(f.stat().st_size for f in files)
+            described.append(f"{driver}: {len(files)} files, {size / 1e6:.1f} MB in {folder}")
+        elif folder.is_dir():
+            described.append(f"{driver}: empty ({folder})")
+    return "; ".join(described) or f"no shader disk cache found under {cache_home}"
+
+
+def _strip(line: str) -> str:
+    match = _LOG_LINE.match(line.rstrip())
+    return match.group("message").strip() if match else line.strip()
+
+
+def runtime_message(lines: Sequence[str]) -> str:
+    """The runtime's own account of a failure, from a process's output: a C++ exception's ``what()``
+    (the Vulkan backend's checks throw), then fatal and error log lines, else the last line."""
+    found: list[str] = []
+    for line in lines:
+        text = line.strip()
+        if "what():" in text:
+            found.append(text.split("what():", 1)[1].strip())
+        elif (match := _LOG_LINE.match(text)) and (match.group("level") or "") in ("E", "F"):
+            found.append(match.group("message").strip())
+        elif " is false!" in text or text.startswith("terminate called") or _NOT_REGISTERED.search(text):
+            found.append(_strip(text))
+    found = [text for text in dict.fromkeys(found) if text]
+    if found:
+        return "; ".join(found)
+    meaningful = [line.strip() for line in lines if line.strip()]
+    return _strip(meaningful[-1]) if meaningful else "no error logged"
+
+
+def classify_exit(
+    kind: FailureKind, program: str, returncode: int | None, lines: Sequence[str], what: str
+) -> DeviceFailure:
+    """A failure of class ``kind`` from how a process ended and what it printed."""
+    message = runtime_message(lines)
+    signal_number = -returncode if returncode is not None and returncode < 0 else None
+    exit_status = returncode if returncode is not None and returncode >= 0 else None
+    how = (
+        f"signal {signal_number} ({_signal_name(signal_number)})"
+        if signal_number is not None
+        else f"status {exit_status}"
+    )
+    cause = f"program {program} {what}: executor_runner exited with {how}: {message}"
+    return DeviceFailure(
+        kind=kind,
+        cause=_one_line(cause),
+        program=program,
+        message=message,
+        signal=signal_number,
+        exit_status=exit_status,
+        last_lines=[line.rstrip() for line in lines[-TAIL_LINES:]],
+    )
+
+
+def _signal_name(number: int | None) -> str:
+    try:
+        return signal.Signals(number or 0).name
+    except ValueError:
+        return "unknown"
+
+
+def _one_line(text: str, limit: int = 400) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+class _Output:
+    """A child's merged stdout and stderr, read line by line by a thread (so neither pipe fills)."""
+
+    def __init__(self, stream: Iterable[str]) -> None:
+        self.lines: deque[str] = deque(maxlen=4 * TAIL_LINES)
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: Iterable[str]) -> None:
+        for line in stream:
+            self._queue.put(line.rstrip("\n"))
+        self._queue.put(None)
+
+    def until(self, marker: str, timeout_s: float) -> tuple[list[str], bool]:
+        """Lines up to and including one containing ``marker``; (lines, False) at end of output.
+        Raises TimeoutError when neither comes within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        seen: list[str] = []
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            try:
+                line = self._queue.get(timeout=left)
+            except queue.Empty:
+                raise TimeoutError from None
+            if line is None:
+                self._queue.put(None)  # stays at the end for any later reader
+                return seen, False
+            seen.append(line)
+            self.lines.append(line)
+            if marker in line:
+                return seen, True
 
 
 @dataclass
@@ -242,17 +447,123 @@ class Invocation:
     wall_ms: float
 
 
-class NativeProgram:
-    """One ``.pte`` run by the binary, one process per call."""
+class NativeServer:
+    """One live ``executor_runner --server_mode`` process for one program: loaded once, then one
+    execution per line written to its stdin, inputs and outputs through ``.bin`` files in ``folder``."""
 
-    def __init__(self, runtime: NativeRuntime, spec: ProgramSpec, pte: Path, backend: str | None) -> None:
+    def __init__(self, runtime: NativeRuntime, spec: ProgramSpec, pte: Path, folder: Path) -> None:
+        self.spec = spec
+        self.timeout_s = runtime.timeout_s
+        folder.mkdir(parents=True, exist_ok=True)
+        self.inputs = [folder / f"in-{i}.bin" for i in range(len(spec.inputs))]
+        self.output_base = folder / "out"
+        args = runner_args(
+            runtime.binary,
+            pte,
+            self.inputs,
+            output_base=self.output_base,
+            server_mode=True,
+            quiet_outputs=runtime.quiet_outputs,
+        )
+        try:
+            self.process = subprocess.Popen(
+                args,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                bufsize=1,
+            )
+        except OSError as error:
+            cause = f"executor_runner {runtime.binary} cannot be started: {error}"
+            failure = DeviceFailure(kind="runtime_unavailable", cause=cause)
+            raise RuntimeFailure(failure.cause, failure) from None
+        assert self.process.stdout is not None
+        self.output = _Output(self.process.stdout)
+        try:
+            lines, ready = self.output.until(SERVER_READY, self.timeout_s)
+        except TimeoutError:
+            self._fail("out_of_time", f"did not load within {self.timeout_s:.0f} s", kill=True)
+        if not ready:
+            self._fail("refused_at_load", "failed to load")
+        self.load_ms = parse_log("\n".join(lines)).load_ms
+
+    def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return self.call(inputs)[0]
+
+    def call(self, inputs: Sequence[np.ndarray]) -> tuple[list[np.ndarray], float]:
+        """The outputs of one execution on ``inputs``, and the round trip's milliseconds (writing the
+        inputs, the runner re-reading them, executing and writing its outputs, reading them back)."""
+        if len(inputs) != len(self.spec.inputs):
+            raise RuntimeFailure(
+                f"program {self.spec.name} takes {len(self.spec.inputs)} inputs, was given {len(inputs)}"
+            )
+        start = time.perf_counter()
+        for path, array, spec in zip(self.inputs, inputs, self.spec.inputs, strict=True):
+            path.write_bytes(encode(array, spec))
+        assert self.process.stdin is not None
+        try:
+            self.process.stdin.write("\n")
+            self.process.stdin.flush()
+            _, done = self.output.until(SERVER_DONE, self.timeout_s)
+        except BrokenPipeError:
+            done = False
+        except TimeoutError:
+            self._fail("out_of_time", f"ran over {self.timeout_s:.0f} s", kill=True)
+        if not done:
+            self._fail("crashed", "crashed while running")
+        folder = self.output_base.parent
+        outputs = [decode(folder / f"out-{i}.bin", spec) for i, spec in enumerate(self.spec.outputs)]
+        return outputs, (time.perf_counter() - start) * 1e3
+
+    def _fail(self, kind: FailureKind, what: str, kill: bool = False) -> NoReturn:
+        if kill:
+            self.process.kill()
+        try:
+            returncode = self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            returncode = self.process.wait()
+        with contextlib.suppress(TimeoutError):
+            self.output.until("\0", 5.0)  # what it printed last, up to the end of its output
+        failure = classify_exit(kind, self.spec.name, returncode, list(self.output.lines), what)
+        raise RuntimeFailure(failure.cause, failure)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            assert self.process.stdin is not None
+            try:
+                self.process.stdin.close()  # end of stdin ends the server's loop
+                self.process.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                self.process.kill()
+                self.process.wait()
+
+
+class NativeProgram:
+    """One ``.pte`` run by the binary: through its live server where the binary has server mode,
+    else one process per call."""
+
+    def __init__(
+        self,
+        runtime: NativeRuntime,
+        spec: ProgramSpec,
+        pte: Path,
+        backend: str | None,
+        load: ProgramLoad,
+        server: NativeServer | None = None,
+    ) -> None:
         self.name = spec.name
         self.spec = spec
         self.pte = pte
         self.backend = backend
+        self.load = load
+        self.server = server
         self._runtime = runtime
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        if self.server is not None:
+            return self.server(inputs)
         return self.invoke(inputs, executions=1).outputs
 
     def invoke(self, inputs: Sequence[np.ndarray], executions: int, outputs: bool = True) -> Invocation:
@@ -267,8 +578,15 @@ class NativeProgram:
                 files.append(folder / f"in-{i}.bin")
                 files[-1].write_bytes(encode(array, spec))
             base = folder / "out" if outputs else None
-            args = runner_args(self._runtime.binary, self.pte, files, executions=executions, output_base=base)
-            log, wall_ms = self._runtime.execute(args, self)
+            args = runner_args(
+                self._runtime.binary,
+                self.pte,
+                files,
+                executions=executions,
+                output_base=base,
+                quiet_outputs=self._runtime.quiet_outputs,
+            )
+            log, wall_ms = self._runtime.execute(args, self, "crashed", "failed to run")
             values = (
                 [decode(folder / f"out-{i}.bin", s) for i, s in enumerate(self.spec.outputs)] if base else []
             )
@@ -279,12 +597,25 @@ class NativeRuntime:
     """``executor_runner`` behind the runtime interface (``gpu_runner.runtime.ProgramRuntime``)."""
 
     kind: RuntimeKind = "native"
+    SERVER_METHOD = (
+        "wall clock of each whole action chunk through one live executor_runner --server_mode process "
+        "per program (loaded once): each call writes its .bin inputs and one stdin line, the runner "
+        "re-reads them, executes and rewrites its X-<i>.bin outputs, which are read back; loading excluded"
+    )
 
-    def __init__(self, binary: Path, timeout_s: float = CALL_TIMEOUT_S) -> None:
+    def __init__(
+        self, binary: Path, timeout_s: float = CALL_TIMEOUT_S, declared: DeclaredSource | None = None
+    ) -> None:
         check_binary(binary)
         self.binary = binary
         self.timeout_s = timeout_s
+        self.declared = declared or DeclaredSource.from_environment()
+        flags = help_flags(binary)
+        self.server_mode = "server_mode" in flags
+        self.quiet_outputs = "print_output" in flags
         self._backends: list[str] | None = None
+        self._servers: list[NativeServer] = []
+        self._work: tempfile.TemporaryDirectory[str] | None = None
 
     def registered_backends(self) -> list[str]:
         if self._backends is None:
@@ -292,36 +623,71 @@ class NativeRuntime:
         return self._backends
 
     def load_program(self, spec: ProgramSpec, pte: Path, backend: str | None) -> Program:
-        """Load it once with ``--num_executions=0`` so a refused program fails here, with its cause."""
-        program = NativeProgram(self, spec, pte, backend)
-        self.execute(runner_args(self.binary, pte, executions=0), program, "failed to load")
-        return program
+        """Load it once in a load-only process (``--num_executions=0``), so a refused program fails
+        here with its cause and the run's first load is timed apart; then, with server mode, start the
+        program's live process, whose load is the warm one."""
+        probe = NativeProgram(self, spec, pte, backend, ProgramLoad(program=spec.name))
+        log, wall_ms = self.execute(
+            runner_args(self.binary, pte, executions=0, quiet_outputs=self.quiet_outputs),
+            probe,
+            "refused_at_load",
+            "failed to load",
+        )
+        load = ProgramLoad(program=spec.name, first_ms=log.load_ms, first_wall_ms=wall_ms)
+        server = None
+        if self.server_mode:
+            if self._work is None:
+                self._work = tempfile.TemporaryDirectory(prefix="coverfarm-native.")
+            try:
+                server = NativeServer(self, spec, pte, Path(self._work.name) / f"{len(self._servers)}")
+            except RuntimeFailure as error:
+                if error.failure is not None and backend:
+                    error.failure.cause = self._with_backend_hint(error.failure.cause, backend)
+                raise
+            self._servers.append(server)
+            load.warm_ms = server.load_ms
+        return NativeProgram(self, spec, pte, backend, load, server)
+
+    def close(self) -> None:
+        for server in self._servers:
+            server.close()
+        self._servers.clear()
+        if self._work is not None:
+            self._work.cleanup()
+            self._work = None
 
     def execute(
-        self, args: list[str], program: NativeProgram, what: str = "failed to run"
+        self, args: list[str], program: NativeProgram, kind: FailureKind, what: str
     ) -> tuple[RunnerLog, float]:
         start = time.perf_counter()
         try:
             run = subprocess.run(args, capture_output=True, text=True, timeout=self.timeout_s, check=False)
-        except subprocess.TimeoutExpired:
-            raise RuntimeFailure(
-                f"program {program.name} {what}: executor_runner ran over {self.timeout_s:.0f} s"
-            ) from None
+        except subprocess.TimeoutExpired as expired:
+            printed = _text(expired.stderr) + "\n" + _text(expired.stdout)
+            failure = classify_exit(
+                "out_of_time", program.name, None, printed.splitlines(), f"ran over {self.timeout_s:.0f} s"
+            )
+            failure.cause = f"program {program.name} {what}: executor_runner ran over {self.timeout_s:.0f} s"
+            raise RuntimeFailure(failure.cause, failure) from None
         except OSError as error:
-            raise RuntimeFailure(f"executor_runner {self.binary} cannot be started: {error}") from None
+            failure = DeviceFailure(
+                kind="runtime_unavailable", cause=f"executor_runner {self.binary} cannot be started: {error}"
+            )
+            raise RuntimeFailure(failure.cause, failure) from None
         wall_ms = (time.perf_counter() - start) * 1e3
-        log = parse_log(run.stderr + "\n" + run.stdout)
+        printed = run.stderr + "\n" + run.stdout
+        log = parse_log(printed)
         if run.returncode != 0:
-            raise RuntimeFailure(f"program {program.name} {what}: {self._cause(run, log, program.backend)}")
+            failure = classify_exit(kind, program.name, run.returncode, printed.splitlines(), what)
+            failure.cause = self._with_backend_hint(failure.cause, program.backend, log)
+            raise RuntimeFailure(failure.cause, failure)
         return log, wall_ms
 
-    def _cause(self, run: subprocess.CompletedProcess[str], log: RunnerLog, backend: str | None) -> str:
-        status = f"signal {-run.returncode}" if run.returncode < 0 else f"status {run.returncode}"
-        said = "; ".join(dict.fromkeys(log.errors)) or _last_line(run.stderr) or "no error logged"
-        cause = f"executor_runner exited with {status}: {said}"
+    def _with_backend_hint(self, cause: str, backend: str | None, log: RunnerLog | None = None) -> str:
         needed = RUNTIME_BACKEND.get(backend or "")
-        if needed and (needed in log.not_registered or needed not in self.registered_backends()):
-            cause += f" ({needed} is not linked into {self.binary})"
+        missing = log is not None and needed in log.not_registered
+        if needed and (missing or needed not in self.registered_backends()):
+            return f"{cause} ({needed} is not linked into {self.binary})"
         return cause
 
     def time_chunk(
@@ -331,15 +697,22 @@ class NativeRuntime:
         warmup: int,
         iterations: int,
     ) -> tuple[list[float], str]:
-        """Each call of the plan, on its own inputs, ``warmup + iterations`` times in one process;
-        ``chunk_samples`` turns what the processes logged into samples."""
-        del chunk  # one process per call: timing the chunk's wall clock would time process starts
+        """With server mode, whole chunks through the live processes; otherwise each call of the plan,
+        on its own inputs, ``warmup + iterations`` times in one process, from what the processes logged."""
+        if self.server_mode:
+            return time_whole_chunks(chunk, warmup, iterations), self.SERVER_METHOD
         logs = []
         for program, inputs in calls:
             if not isinstance(program, NativeProgram):
                 raise TypeError(f"{program.name} was not loaded by the native runtime")
             logs.append((program.name, program.invoke(inputs, warmup + iterations, outputs=False).log))
         return chunk_samples(logs, warmup, iterations)
+
+
+def _text(value: str | bytes | None) -> str:
+    if value is None:
+        return ""
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
 def chunk_samples(
@@ -373,8 +746,3 @@ def chunk_samples(
         f"plan's {len(logs)} calls of each call's mean over --num_executions={executions} "
         "(warm-up executions included); process start, load and file I/O excluded"
     )
-
-
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else ""

@@ -42,7 +42,11 @@ class ExecutorchInfo(BaseModel):
 
 
 class NativeRuntimeInfo(BaseModel):
-    """A native ``executor_runner`` binary configured for this host (gpu_runner/native_runtime.py)."""
+    """A native ``executor_runner`` binary configured for this host (gpu_runner/native_runtime.py).
+
+    The host's owner builds it from ExecuTorch's source and declares which source: ``declared_version``
+    (its ``version.txt``) and ``declared_commit``. The rest is read off the binary itself.
+    """
 
     path: str | None = None
     status: str  # "ok", "none configured (...)", or why the binary cannot be used
@@ -50,6 +54,12 @@ class NativeRuntimeInfo(BaseModel):
     backends_from: str | None = None  # how the backends were found out
     flags: list[str] = Field(default_factory=list)  # what its --helpshort lists
     bundle_io: bool = False  # built with bundled IO (--bundleio_rtol/--bundleio_atol)
+    declared_version: str | None = None  # ExecuTorch version the owner says it was built from
+    declared_commit: str | None = None  # and the source commit
+    server_mode: bool = False  # --server_mode: one load per program, one execution per stdin line
+    event_tracer: bool | None = None  # built with the event tracer (--etdump_path); it must be off
+    logging: bool | None = None  # logs through ExecuTorch's PAL ("Model loaded in ..." is read from it)
+    problems: list[str] = Field(default_factory=list)  # what makes its figures or runs unusable
 
 
 class EagerBaseline(BaseModel):
@@ -123,6 +133,64 @@ class LatencyStats(BaseModel):
     method: str | None = None  # what one sample covers, as the runtime that produced it measured it
 
 
+class ProgramLoad(BaseModel):
+    """Loading one program, by the binary's own "Model loaded in N ms" where a native runtime ran it.
+
+    ``first_ms`` is the run's first load of the program (a cold shader cache unless the driver's disk
+    cache already held its shaders: ``LoadReport.shader_cache`` says what it held), ``warm_ms`` the
+    load that followed, which starts the program's live process.
+    """
+
+    program: str
+    first_ms: float | None = None
+    warm_ms: float | None = None
+    first_wall_ms: float | None = None  # the whole load-only process, start and exit included
+
+
+class LoadReport(BaseModel):
+    programs: list[ProgramLoad] = Field(default_factory=list)
+    first_ms: float | None = None  # summed over the programs
+    warm_ms: float | None = None
+    shader_cache: str | None = None  # the driver's shader disk cache before the first load
+    measured_by: str | None = None
+
+
+FailureKind = Literal[
+    "refused_at_load",  # the runtime would not load a program: its own message
+    "crashed",  # the runtime died while running (a signal or an exit status) after loading
+    "wrong_output",  # outputs outside the tolerance (max abs error, SQNR)
+    "output_not_stable",  # executions of the same inputs gave different outputs
+    "out_of_time",  # a load or a call ran past its bound
+    "runtime_unavailable",  # the runtime could not be started or lacks the bundle's backend
+    "bundle",  # the bundle itself was refused (address, manifest, files)
+]
+
+
+class DeviceFailure(BaseModel):
+    """Why a device run failed, by class: the grid shows ``cause``, the details the rest."""
+
+    kind: FailureKind
+    cause: str  # one line
+    program: str | None = None
+    message: str | None = None  # the runtime's own words, in full
+    signal: int | None = None
+    exit_status: int | None = None
+    last_lines: list[str] = Field(default_factory=list)
+    max_abs_error: float | None = None
+    min_sqnr_db: float | None = None
+
+
+class RuntimeIdentity(BaseModel):
+    """Which ExecuTorch executed the bundle, beside the ExecuTorch that exported it."""
+
+    kind: Literal["python", "native"]
+    version: str | None = None  # the wheel's version (python), the declared source version (native)
+    commit: str | None = None  # declared source commit (native)
+    export_version: str | None = None  # executorch in the bundle's manifest
+    matches_export: bool | None = None  # None: one of the two is unknown
+    note: str | None = None  # "runtime main cff6f4dd32 (1.5.0), export executorch 1.5.1"
+
+
 class Tolerance(BaseModel):
     rtol: float
     atol: float
@@ -140,6 +208,9 @@ class DeviceResult(BaseModel):
     testcase: list[ProgramCheck] = Field(default_factory=list)
     frames: FramesCheck | None = None
     latency: LatencyStats | None = None
+    load: LoadReport | None = None
+    runtime_identity: RuntimeIdentity | None = None
+    failure: DeviceFailure | None = None  # set whenever status is "failed"
     # The pip wheel's Python runtime links libtorch and takes torch tensors; a runtime built for a board
     # need not. Both are recorded so a result says which kind of process produced it.
     libtorch_mapped: bool = False

@@ -26,6 +26,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from gpu_runner.manifest import ProgramSpec
+from gpu_runner.result import DeviceFailure
 
 # The runtime name of each coverfarm backend's delegate, as ``backend_registry`` lists it.
 RUNTIME_BACKEND = {"vulkan": "VulkanBackend", "xnnpack": "XnnpackBackend"}
@@ -34,7 +35,15 @@ _LIBTORCH = re.compile(r"/(libtorch[^/]*|libc10[^/]*)\.so[^/]*$")
 
 
 class RuntimeFailure(Exception):
-    """The runtime could not be loaded, or refused a program or a call; the message is the cause."""
+    """The runtime could not be loaded, or refused a program or a call; the message is the cause.
+
+    ``failure`` classifies it (``gpu_runner.result.DeviceFailure``) where the runtime knows more than
+    one line: the class, the program, the runtime's own message, a signal, its last lines.
+    """
+
+    def __init__(self, message: str, failure: DeviceFailure | None = None) -> None:
+        super().__init__(message)
+        self.failure = failure
 
 
 def executorch_version() -> str | None:
@@ -84,7 +93,9 @@ class LoadedProgram:
         try:
             outputs = self._method.execute([self._to(a) for a in inputs])
         except Exception as error:  # the pybindings raise RuntimeError with the runtime's error code
-            raise RuntimeFailure(f"program {self.name} failed to run: {error}") from None
+            cause = f"program {self.name} failed to run: {error}"
+            failure = DeviceFailure(kind="crashed", cause=cause, program=self.name, message=str(error))
+            raise RuntimeFailure(cause, failure) from None
         return [self._from(o) for o in outputs]
 
 
@@ -94,7 +105,9 @@ def load_program(name: str, pte: Path, backend: str | None) -> LoadedProgram:
         program = runtime.load_program(pte)
         method = program.load_method("forward")
     except Exception as error:
-        raise RuntimeFailure(f"program {name} failed to load: {error}{_why(runtime, backend)}") from None
+        cause = f"program {name} failed to load: {error}{_why(runtime, backend)}"
+        failure = DeviceFailure(kind="refused_at_load", cause=cause, program=name, message=str(error))
+        raise RuntimeFailure(cause, failure) from None
     return LoadedProgram(name, method)
 
 
@@ -152,6 +165,9 @@ class ProgramRuntime(Protocol):
         iterations: int,
     ) -> tuple[list[float], str]: ...
 
+    def close(self) -> None:
+        """Stop whatever the runtime keeps running for its loaded programs."""
+
 
 class PythonRuntime:
     """The installed ``executorch.runtime`` (the pip wheel: portable kernels and XNNPACK)."""
@@ -169,6 +185,9 @@ class PythonRuntime:
     def registered_backends(self) -> list[str]:
         return registered_backends()
 
+    def close(self) -> None:
+        """Nothing runs apart from this process."""
+
     def load_program(self, spec: ProgramSpec, pte: Path, backend: str | None) -> Program:
         return load_program(spec.name, pte, backend)
 
@@ -179,11 +198,16 @@ class PythonRuntime:
         warmup: int,
         iterations: int,
     ) -> tuple[list[float], str]:
-        for _ in range(warmup):
-            chunk()
-        samples = []
-        for _ in range(iterations):
-            start = time.perf_counter_ns()
-            chunk()
-            samples.append((time.perf_counter_ns() - start) / 1e6)
-        return samples, self.LATENCY_METHOD
+        return time_whole_chunks(chunk, warmup, iterations), self.LATENCY_METHOD
+
+
+def time_whole_chunks(chunk: Callable[[], object], warmup: int, iterations: int) -> list[float]:
+    """Milliseconds of each of ``iterations`` whole chunks after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        chunk()
+    samples = []
+    for _ in range(iterations):
+        start = time.perf_counter_ns()
+        chunk()
+        samples.append((time.perf_counter_ns() - start) / 1e6)
+    return samples
