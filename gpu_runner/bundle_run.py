@@ -67,9 +67,10 @@ def run_bundle(
     iterations: int = DEFAULT_ITERATIONS,
     runtime: RuntimeChoice | runtime_module.ProgramRuntime = "auto",
     executor_runner: Path | None = None,
+    server_mode: bool = True,
 ) -> DeviceResult:
     """``runtime``: ``auto``, ``python``, ``native`` or a runtime object; ``executor_runner``: the native
-    binary (default ``COVERFARM_EXECUTOR_RUNNER``)."""
+    binary (default ``COVERFARM_EXECUTOR_RUNNER``); ``server_mode=False``: one native process per call."""
     try:
         sha = verify(bundle, expected_sha256)
         manifest = load_manifest(bundle)
@@ -84,7 +85,7 @@ def run_bundle(
         )
     try:
         engine = (
-            choose_runtime(runtime, manifest.backend, executor_runner)
+            choose_runtime(runtime, manifest.backend, executor_runner, server_mode)
             if isinstance(runtime, str)
             else runtime
         )

@@ -1,7 +1,9 @@
 """The runner's credential file (``$COVERFARM_HOME/runner.json`` or ``--config``), written 0600.
 
 It holds the orchestrator's URL, the runner id and credential the orchestrator issued at enrolment, the
-device classes it was enrolled for and the broker to consume. No torch, no ExecuTorch.
+device classes it was enrolled for, the broker to consume, and the runner's private signing key (the farm
+holds only its public half). An offline runner's file (``coverfarm runner enrol-offline``, written by an
+admin and carried to the host) has no usable credential: it only signs results. No torch, no ExecuTorch.
 """
 
 from __future__ import annotations
@@ -25,14 +27,19 @@ class RunnerConfig(BaseModel):
     heartbeat_interval_s: float = 15.0
     device_timeout_s: float = 900.0
     baseline: bool = True  # takes eager-baseline jobs when torch and lerobot are installed (register's probe)
+    signing_key: str | None = None  # Ed25519 private key (hex) that signs its offline results
+    offline: bool = False  # enrolled offline: signs results for `coverfarm results import`, takes no jobs
 
     @property
     def secret(self) -> str:
         return self.credential.partition(".")[2]
 
 
-def save(config: RunnerConfig, path: Path) -> None:
-    """Write ``config`` readable by its owner only (created 0600, never world-readable in between)."""
+def save(config: RunnerConfig, path: Path, replace: bool = True) -> None:
+    """Write ``config`` readable by its owner only (created 0600, never world-readable in between);
+    with ``replace=False`` an existing file is refused."""
+    if not replace and path.exists():
+        raise UserError(f"{path} exists: choose another --out, or remove it first")
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp")
     temporary.unlink(missing_ok=True)

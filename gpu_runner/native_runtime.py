@@ -604,14 +604,20 @@ class NativeRuntime:
     )
 
     def __init__(
-        self, binary: Path, timeout_s: float = CALL_TIMEOUT_S, declared: DeclaredSource | None = None
+        self,
+        binary: Path,
+        timeout_s: float = CALL_TIMEOUT_S,
+        declared: DeclaredSource | None = None,
+        server_mode: bool = True,
     ) -> None:
+        """``server_mode=False`` runs one process per call even where the binary has server mode
+        (to measure what server mode saves)."""
         check_binary(binary)
         self.binary = binary
         self.timeout_s = timeout_s
         self.declared = declared or DeclaredSource.from_environment()
         flags = help_flags(binary)
-        self.server_mode = "server_mode" in flags
+        self.server_mode = server_mode and "server_mode" in flags
         self.quiet_outputs = "print_output" in flags
         self._backends: list[str] | None = None
         self._servers: list[NativeServer] = []

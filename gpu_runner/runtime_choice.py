@@ -17,7 +17,10 @@ CHOICES: tuple[str, ...] = get_args(RuntimeChoice)
 
 
 def choose_runtime(
-    choice: RuntimeChoice = "auto", backend: str | None = None, executor_runner: Path | None = None
+    choice: RuntimeChoice = "auto",
+    backend: str | None = None,
+    executor_runner: Path | None = None,
+    server_mode: bool = True,
 ) -> ProgramRuntime:
     """The runtime for a bundle of ``backend``; a choice that cannot be honoured raises with the cause."""
     if choice not in CHOICES:
@@ -31,9 +34,9 @@ def choose_runtime(
                 "the native runtime needs an executor_runner binary: "
                 f"give --executor-runner PATH or set {ENV_VAR}"
             )
-        return NativeRuntime(binary)
+        return NativeRuntime(binary, server_mode=server_mode)
     if binary is not None:
-        native = NativeRuntime(binary)
+        native = NativeRuntime(binary, server_mode=server_mode)
         needed = RUNTIME_BACKEND.get(backend or "")
         if needed is None or needed in scan_backends(binary):
             return native

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from coverfarm.cli import offline
 from coverfarm.errors import UserError
 from coverfarm.processes import stop_group
 from coverfarm.settings import Settings, get_settings
@@ -83,6 +84,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     diff.set_defaults(func=run_diff)
     for parser in (submit, status, report, diff):
         parser.add_argument("--url", default=DEFAULT_URL, help=f"the orchestrator ({DEFAULT_URL})")
+    offline.add_sweep_command(sweep, DEFAULT_URL)
     submit.add_argument("--token", help="admin token (COVERFARM_ADMIN_TOKEN, else the one serve wrote)")
 
 

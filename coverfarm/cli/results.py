@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
+from coverfarm.cli import offline
 from coverfarm.cli.farm import DEFAULT_URL, _request, _token
 from coverfarm.errors import UserError
 
@@ -15,15 +17,33 @@ def register(sub: argparse._SubParsersAction) -> None:
         dest="results_command", required=True, metavar="RESULTS_COMMAND"
     )
     load = results.add_parser(
-        "import", help="verify a signed `runner run-bundle` result and store it as its cells' device result"
+        "import",
+        help="verify signed `runner run-bundle` results and store them as their cells' device results",
     )
-    load.add_argument("file", type=Path, metavar="FILE", help="the result JSON written by run-bundle --out")
+    load.add_argument(
+        "file",
+        type=Path,
+        metavar="PATH",
+        help="a result JSON written by run-bundle --out, or a directory of them (stored all or none)",
+    )
     load.add_argument("--url", default=DEFAULT_URL, help=f"the orchestrator ({DEFAULT_URL})")
     load.add_argument("--token", help="admin token (COVERFARM_ADMIN_TOKEN, else the one serve wrote)")
     load.set_defaults(func=run_import)
 
 
 def run_import(args: argparse.Namespace) -> int:
+    if args.file.is_dir():
+        documents = offline.read_results(args.file)
+        stored = _request(
+            "POST",
+            f"{args.url.rstrip('/')}/api/results/import-batch",
+            _token(args),
+            json={"results": documents},
+        ).json()["imported"]
+        for item in stored:
+            _say(item)
+        print(f"stored {len(stored)} results from {args.file}")
+        return 0
     try:
         document = json.loads(args.file.read_text())
     except OSError as error:
@@ -35,8 +55,12 @@ def run_import(args: argparse.Namespace) -> int:
     stored = _request(
         "POST", f"{args.url.rstrip('/')}/api/results/import", _token(args), json=document
     ).json()
+    _say(stored)
+    return 0
+
+
+def _say(stored: dict[str, Any]) -> None:
     print(
         f"stored {stored['device_class']} result of bundle {stored['bundle_sha256']} "
         f"for cells {', '.join(map(str, stored['cells']))} (signed by runner {stored['runner_id']})"
     )
-    return 0

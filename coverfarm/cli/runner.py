@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from coverfarm.cli import runner_farm
+from coverfarm.cli import offline, runner_farm
 from coverfarm.errors import UserError
 
 
@@ -35,10 +35,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     run = commands.add_parser(
         "run-bundle",
         help="verify a bundle, check its test case and 16 frames, time its action chunk",
-        description="Run one bundle with this host's ExecuTorch runtime and write the result document.",
+        description="Run one bundle with this host's ExecuTorch runtime and write the result document; "
+        "or every bundle of a directory written by `coverfarm sweep bundles`, one result each.",
     )
-    run.add_argument("bundle", type=Path, metavar="DIR", help="the bundle directory (named by its sha256)")
-    run.add_argument("--out", type=Path, required=True, help="where to write the result document (JSON)")
+    run.add_argument(
+        "bundle",
+        type=Path,
+        metavar="DIR",
+        help="the bundle directory (named by its sha256), or a bundle set (`coverfarm sweep bundles`)",
+    )
+    run.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="where to write the result document (JSON); for a bundle set, a directory",
+    )
     run.add_argument("--sha256", help="the expected sha256 (default: the directory's name)")
     run.add_argument("--warmup", type=int, default=3, help="untimed chunks before timing (3)")
     run.add_argument("--iterations", type=int, default=20, help="timed chunks (20)")
@@ -48,6 +59,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="auto",
         help="python: the installed executorch.runtime; native: the executor_runner binary; auto "
         "(default): native when configured and it has the bundle's backend, else python",
+    )
+    run.add_argument(
+        "--no-server-mode",
+        dest="server_mode",
+        action="store_false",
+        help="one executor_runner process per call even where it has --server_mode (for comparison)",
     )
     _executor_runner_option(run)
     runner_farm.add_signing_options(run)
@@ -100,6 +117,11 @@ def run_bundle(args: argparse.Namespace) -> int:
         raise UserError(f"cannot write {args.out}: {args.out.parent} is not a directory")
 
     binary = _executor_runner(args)
+    bundle_set = offline.read_set(args.bundle)
+    if bundle_set is not None:
+        if args.sha256:
+            raise UserError("--sha256 names one bundle; a bundle set names its own")
+        return offline.run_bundle_set(args, bundle_set, binary)
 
     from gpu_runner.bundle_run import run_bundle as run
 
@@ -110,6 +132,7 @@ def run_bundle(args: argparse.Namespace) -> int:
         iterations=args.iterations,
         runtime=args.runtime,
         executor_runner=binary,
+        server_mode=args.server_mode,
     )
     args.out.write_text(runner_farm.result_json(result.model_dump(mode="json"), args))
     print(json.dumps(_summary(result.model_dump(mode="json")), indent=2))

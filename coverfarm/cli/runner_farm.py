@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from coverfarm.cli import offline
 from coverfarm.cli.farm import DEFAULT_URL, _request, _token
 from coverfarm.errors import UserError
 from coverfarm.settings import Settings, get_settings
@@ -58,6 +59,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     revoke.add_argument("--url", default=DEFAULT_URL, help=f"the orchestrator ({DEFAULT_URL})")
     revoke.add_argument("--token", help="admin token (COVERFARM_ADMIN_TOKEN, else the one serve wrote)")
     revoke.set_defaults(func=run_revoke)
+    offline.add_runner_command(commands, DEFAULT_URL)
 
 
 def _config_option(parser: argparse.ArgumentParser) -> None:
@@ -72,6 +74,7 @@ def config_path(args: argparse.Namespace) -> Path:
 
 
 def run_register(args: argparse.Namespace) -> int:
+    from coverfarm.signing import new_key_pair
     from gpu_runner.config import RunnerConfig, save
     from gpu_runner.probe import probe
     from gpu_runner.result import EagerBaseline
@@ -84,7 +87,13 @@ def run_register(args: argparse.Namespace) -> int:
         why = "; ".join(f"{k}: {v}" for k, v in report.not_offered.items()) or "no runtime backend"
         raise UserError(f"this host offers no device class ({why})")
     url = args.url.rstrip("/")
-    body = {"token": args.token, "name": args.name, "probe": report.model_dump(mode="json")}
+    private_key, public_key = new_key_pair()
+    body = {
+        "token": args.token,
+        "name": args.name,
+        "probe": report.model_dump(mode="json"),
+        "signing_key": public_key,
+    }
     enrolled = _request("POST", f"{url}/api/runners/enrol", json=body).json()
     config = RunnerConfig(
         url=url,
@@ -96,6 +105,7 @@ def run_register(args: argparse.Namespace) -> int:
         heartbeat_interval_s=enrolled["heartbeat_interval_s"],
         device_timeout_s=enrolled["device_timeout_s"],
         baseline=report.baseline is not None and report.baseline.status == "ok",
+        signing_key=private_key,
     )
     path = config_path(args)
     save(config, path)
@@ -138,7 +148,12 @@ def result_json(result: dict[str, Any], args: argparse.Namespace) -> str:
 
     config = None if getattr(args, "unsigned", False) else load_if_present(config_path(args))
     if config is not None:
-        result = sign(result, config.runner_id, config.secret)
+        if config.signing_key is None:
+            raise UserError(
+                f"{config_path(args)} holds no signing key (enrolled before runners had one): enrol "
+                "again, or pass --unsigned"
+            )
+        result = sign(result, config.runner_id, config.signing_key)
     return json.dumps(result, indent=2)
 
 

@@ -47,6 +47,7 @@
     };
     source.addEventListener("job", refresh);
     source.addEventListener("sweep", refresh);
+    source.addEventListener("device", refresh); // a device result stored by a job or an import
   }
 
   // One fetch at a time; events that arrive during it are folded into one more fetch after it.

@@ -18,12 +18,17 @@ from orchestrator.devices.schemas import (
     AttemptRef,
     BaselineReport,
     Claim,
+    DeviceBundle,
     Enrol,
     Enrolled,
     HealthCheck,
     HealthReport,
+    ImportBatch,
     Imported,
+    ImportedBatch,
     InfraError,
+    OfflineEnrol,
+    OfflineEnrolled,
     RunnerPublic,
     RunnerStatus,
     RunReport,
@@ -48,6 +53,12 @@ def create_token(session: SessionDep, settings: SettingsDep, body: TokenCreate |
 def enrol(body: Enrol, session: SessionDep, settings: SettingsDep) -> Enrolled:
     """Trade a one-time token and the host's probe for a runner credential (shown once)."""
     return service.enrol(session, settings, body)
+
+
+@router.post("/runners/offline", status_code=status.HTTP_201_CREATED, dependencies=[AdminDep])
+def enrol_offline(body: OfflineEnrol, session: SessionDep, settings: SettingsDep) -> OfflineEnrolled:
+    """Enrol a host that cannot reach the farm, by its signing key: its results come as signed imports."""
+    return service.enrol_offline(session, settings, body)
 
 
 @router.get("/runners")
@@ -124,6 +135,23 @@ def import_result(
 ) -> Imported:
     """A signed offline result (``coverfarm runner run-bundle`` on an enrolled host) for a known bundle."""
     return runs.import_result(session, document, settings)
+
+
+@router.post("/results/import-batch", status_code=status.HTTP_201_CREATED, dependencies=[AdminDep])
+def import_batch(body: ImportBatch, session: SessionDep, settings: SettingsDep) -> ImportedBatch:
+    """An offline run's signed results, stored all together or, on any refusal, not at all."""
+    return runs.import_batch(session, body.results, settings)
+
+
+@router.get("/sweeps/{sweep_id}/device-bundles", dependencies=[AdminDep])
+def sweep_bundles(
+    sweep_id: int,
+    device_class: Annotated[str, Query(max_length=64)],
+    session: SessionDep,
+    settings: SettingsDep,
+) -> list[DeviceBundle]:
+    """The bundles a host of ``device_class`` should run for the sweep, with the cells each serves."""
+    return runs.sweep_bundles(session, sweep_id, device_class, settings)
 
 
 @router.get("/artifacts/{sha256}", dependencies=[RunnerOrAdminDep], response_class=StreamingResponse)

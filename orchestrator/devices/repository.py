@@ -110,6 +110,10 @@ def cells_with_bundle(session: Session, sha256: str) -> Sequence[Cell]:
     ).all()
 
 
+def sweep_cells(session: Session, sweep_id: int) -> Sequence[Cell]:
+    return session.scalars(select(Cell).where(Cell.sweep_id == sweep_id).order_by(Cell.id)).all()
+
+
 def bundle_of_cell(session: Session, cell_id: int) -> str | None:
     """The bundle sha256 of the cell's latest stored CPU result, if it has one."""
     sha = Result.document["bundle"]["sha256"].as_string()

@@ -21,7 +21,17 @@ from coverfarm.settings import Settings
 from gpu_runner.result import DeviceResult
 from orchestrator.devices import repository, service
 from orchestrator.devices.errors import Conflict, Forbidden, Unprocessable
-from orchestrator.devices.schemas import Alive, BaselineReport, Claim, Imported, InfraError, RunReport
+from orchestrator.devices.schemas import (
+    Alive,
+    BaselineReport,
+    Claim,
+    DeviceBundle,
+    Imported,
+    ImportedBatch,
+    InfraError,
+    RunReport,
+)
+from orchestrator.events import repository as events
 from orchestrator.jobs import service as jobs
 from orchestrator.jobs.transitions import lock_job
 from orchestrator.models import Job, JobStatus, Runner, RunnerState
@@ -194,7 +204,12 @@ def infra_error(session: Session, runner: Runner, job_id: int, body: InfraError,
 
 
 def import_result(session: Session, document: dict[str, Any], settings: Settings) -> Imported:
-    """Store an offline run's signed result as the device result of every cell that has its bundle."""
+    """Store an offline run's signed result as the device result of every cell that has its bundle.
+
+    Refused before anything is written: an unsigned or tampered document, a signer that is unknown,
+    revoked or has no signing key, a result for a device class the signer was not enrolled for, and a
+    bundle no cell produced. Each stored cell gets a ``device`` event, so an open grid shows it.
+    """
     try:
         body, runner_id, value = signing.split(document)
     except ValueError as error:
@@ -202,7 +217,9 @@ def import_result(session: Session, document: dict[str, Any], settings: Settings
     runner = repository.get_runner(session, runner_id)
     if runner is None or runner.state == RunnerState.REVOKED.value:
         raise Forbidden(f"the result is signed by runner {runner_id}, which is unknown or revoked")
-    if not signing.verify(body, runner_id, value, runner.credential_hash):
+    if runner.signing_key is None:
+        raise Forbidden(f"runner {runner_id} has no signing key: enrol it again to sign offline results")
+    if not signing.verify(body, runner_id, value, runner.signing_key):
         raise Forbidden(f"bad signature: the result was changed after runner {runner_id} signed it")
     try:
         result = DeviceResult.model_validate(body)
@@ -215,6 +232,11 @@ def import_result(session: Session, document: dict[str, Any], settings: Settings
         backend = device_classes.backend_of(backend)
     except ValueError as error:
         raise Unprocessable(str(error)) from None
+    if result.device_class not in runner.device_classes:
+        served = ", ".join(runner.device_classes) or "none"
+        raise Forbidden(
+            f"the result is for {result.device_class}, which runner {runner_id} does not serve ({served})"
+        )
     cells = [
         cell
         for cell in repository.cells_with_bundle(session, result.bundle_sha256)
@@ -224,9 +246,49 @@ def import_result(session: Session, document: dict[str, Any], settings: Settings
         raise Unprocessable(f"bundle {result.bundle_sha256} is not one the farm knows (no cell produced it)")
     for cell in cells:
         _store(session, cell.id, result.device_class, result, body, runner_id=runner.id, source="import")
+        events.emit(
+            session,
+            "device",
+            sweep_id=cell.sweep_id,
+            cell_id=cell.id,
+            payload={"device_class": result.device_class, "status": result.status, "source": "import"},
+        )
     return Imported(
         runner_id=runner.id,
         device_class=result.device_class,
         bundle_sha256=result.bundle_sha256,
         cells=[cell.id for cell in cells],
     )
+
+
+def import_batch(session: Session, documents: list[dict[str, Any]], settings: Settings) -> ImportedBatch:
+    """Every document of an offline run's directory, or none: the first refusal names its document
+    and the request's transaction rolls back whatever the earlier ones wrote."""
+    imported = []
+    for index, document in enumerate(documents):
+        try:
+            imported.append(import_result(session, document, settings))
+        except (Forbidden, Unprocessable) as error:
+            raise type(error)(f"result {index + 1} of {len(documents)}: {error}") from None
+    return ImportedBatch(imported=imported)
+
+
+def sweep_bundles(
+    session: Session, sweep_id: int, device_class: str, settings: Settings
+) -> list[DeviceBundle]:
+    """The bundles a host of ``device_class`` should run for the sweep: one per distinct bundle among
+    the sweep's cells of that class's backend, with the cells it serves."""
+    try:
+        backend = device_classes.backend_of(device_classes.check(device_class, settings.backends))
+    except ValueError as error:
+        raise Unprocessable(str(error)) from None
+    found: dict[str, DeviceBundle] = {}
+    for cell in repository.sweep_cells(session, sweep_id):
+        sha = repository.bundle_of_cell(session, cell.id) if cell.backend == backend else None
+        if sha is None:
+            continue
+        entry = found.setdefault(
+            sha, DeviceBundle(bundle_sha256=sha, policy=cell.policy, backend=cell.backend, cells=[])
+        )
+        entry.cells.append(cell.id)
+    return list(found.values())

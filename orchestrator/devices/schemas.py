@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,12 +24,33 @@ class TokenIssued(BaseModel):
     expires_at: datetime
 
 
+SigningKey = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="Ed25519 public key, hex")]
+
+
 class Enrol(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     token: str = Field(min_length=1, max_length=200)
     name: str = Field(min_length=1, max_length=255)
     probe: ProbeReport
+    signing_key: SigningKey | None = None  # verifies the runner's signed offline results
+
+
+class OfflineEnrol(BaseModel):
+    """An admin enrolling a host that cannot reach the farm: it signs results for `results import`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=255)
+    device_classes: list[str] = Field(min_length=1, max_length=16)
+    signing_key: SigningKey
+
+
+class OfflineEnrolled(BaseModel):
+    runner_id: int
+    name: str
+    device_classes: list[str]
+    state: RunnerState
 
 
 class Enrolled(BaseModel):
@@ -112,4 +133,25 @@ class Imported(BaseModel):
     runner_id: int
     device_class: str
     bundle_sha256: str
+    cells: list[int]
+
+
+class ImportBatch(BaseModel):
+    """Signed results made offline, stored all together or not at all."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    results: list[dict[str, Any]] = Field(min_length=1, max_length=1000)
+
+
+class ImportedBatch(BaseModel):
+    imported: list[Imported]
+
+
+class DeviceBundle(BaseModel):
+    """A bundle a device class should run for a sweep, and the cells whose device result it gives."""
+
+    bundle_sha256: str
+    policy: str
+    backend: str
     cells: list[int]

@@ -27,6 +27,8 @@ from orchestrator.devices.schemas import (
     Enrolled,
     HealthCheck,
     HealthReport,
+    OfflineEnrol,
+    OfflineEnrolled,
     RunnerPublic,
     RunnerStatus,
     TokenCreate,
@@ -68,6 +70,7 @@ def enrol(session: Session, settings: Settings, body: Enrol) -> Enrolled:
         device_classes=classes,
         probe=body.probe.model_dump(mode="json"),
         credential_hash=credential_hash(secret),
+        signing_key=body.signing_key,
         state=RunnerState.QUARANTINED.value,
         state_reason="enrolled: health check first",
         state_changed_at=utcnow(),
@@ -85,6 +88,41 @@ def enrol(session: Session, settings: Settings, body: Enrol) -> Enrolled:
         broker_url=settings.broker_url,
         heartbeat_interval_s=settings.heartbeat_interval_s,
         device_timeout_s=settings.device_timeout_s,
+    )
+
+
+OFFLINE_REASON = "enrolled offline: signs device results for `coverfarm results import`, takes no jobs"
+
+
+def enrol_offline(session: Session, settings: Settings, body: OfflineEnrol) -> OfflineEnrolled:
+    """A runner for a host that cannot reach the farm (an admin's act, no token, no probe).
+
+    It gets no usable bearer credential (the stored hash is of a secret nobody keeps) and stays
+    offline: it never heartbeats, so it never passes a health check, and its results reach the farm only
+    as signed imports. Import asks for no health check: the check exists so that a live runner does not
+    take jobs it would fail, and every imported result carries its own test case and frame checks.
+    """
+    classes = list(dict.fromkeys(body.device_classes))
+    for name in classes:
+        try:
+            device_classes.check(name, settings.backends)
+        except ValueError as error:
+            raise Unprocessable(str(error)) from None
+    runner = Runner(
+        name=body.name,
+        device_classes=classes,
+        probe={},
+        credential_hash=credential_hash(new_secret()),
+        signing_key=body.signing_key,
+        state=RunnerState.OFFLINE.value,
+        state_reason=OFFLINE_REASON,
+        state_changed_at=utcnow(),
+        last_heartbeat=None,
+    )
+    session.add(runner)
+    session.flush()
+    return OfflineEnrolled(
+        runner_id=runner.id, name=runner.name, device_classes=classes, state=RunnerState.OFFLINE
     )
 
 

@@ -32,10 +32,15 @@ def probe(classes: list[str] | None = None, baseline: bool = False) -> dict[str,
 
 
 def enrol(
-    client: TestClient, admin: dict[str, str], name: str = "board", baseline: bool = False
+    client: TestClient,
+    admin: dict[str, str],
+    name: str = "board",
+    baseline: bool = False,
+    signing_key: str | None = None,
 ) -> tuple[int, dict[str, str]]:
+    """Enrol a runner; ``signing_key``: the public key of its offline signatures."""
     token = client.post("/api/enrolment-tokens", headers=admin, json={}).json()["token"]
-    body = {"token": token, "name": name, "probe": probe(baseline=baseline)}
+    body = {"token": token, "name": name, "probe": probe(baseline=baseline), "signing_key": signing_key}
     response = client.post("/api/runners/enrol", json=body)
     assert response.status_code == 201, response.text
     enrolled = response.json()

@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from coverfarm.settings import Settings
-from coverfarm.signing import sign
+from coverfarm.signing import new_key_pair, sign
 from orchestrator.devices import service as devices
 from orchestrator.devices.grid import device_cells
 from orchestrator.models import DeviceRun, EnrolmentToken, Job, JobStatus, Runner, Sweep, utcnow
@@ -240,8 +240,9 @@ def test_offline_import_verifies_signature_and_bundle(
     client: TestClient, admin: dict[str, str], sessions: sessionmaker[Session], settings: Settings,
     tmp_path: Path,
 ) -> None:  # fmt: skip
-    runner_id, credential = enrol(client, admin)
-    secret = credential["Authorization"].split(".", 1)[1]
+    private_key, public_key = new_key_pair()
+    runner_id, _ = enrol(client, admin, signing_key=public_key)
+    secret = private_key
     sweep = submit(client, admin, backends=["xnnpack"], device_classes=[])
     bundle = lower_with_bundle(sessions, settings, sweep["cells"][0]["jobs"][0]["id"], "act", tmp_path)  # type: ignore[index]
     signed = sign(device_result(bundle.sha256, 4.5), runner_id, secret)

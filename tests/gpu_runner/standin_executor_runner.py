@@ -111,7 +111,8 @@ def main() -> None:
 
         arrays = []
         for path, tensor in zip(paths, shapes, strict=True):
-            array = np.frombuffer(path.read_bytes(), dtype=np.dtype(_SCALAR[tensor.dtype()]).newbyteorder("<"))
+            dtype = np.dtype(_SCALAR[tensor.dtype()]).newbyteorder("<")
+            array = np.frombuffer(path.read_bytes(), dtype=dtype)
             arrays.append(torch.from_numpy(array.reshape(tensor.sizes()).copy()))
         executions[0] += 1
         crash, hang = os.environ.get("STANDIN_CRASH_AFTER"), os.environ.get("STANDIN_HANG_AFTER")
