@@ -32,10 +32,14 @@ def probe(classes: list[str] | None = None, baseline: bool = False) -> dict[str,
 
 
 def enrol(
-    client: TestClient, admin: dict[str, str], name: str = "board", baseline: bool = False
+    client: TestClient,
+    admin: dict[str, str],
+    name: str = "board",
+    baseline: bool = False,
+    classes: list[str] | None = None,
 ) -> tuple[int, dict[str, str]]:
     token = client.post("/api/enrolment-tokens", headers=admin, json={}).json()["token"]
-    body = {"token": token, "name": name, "probe": probe(baseline=baseline)}
+    body = {"token": token, "name": name, "probe": probe(classes, baseline=baseline)}
     response = client.post("/api/runners/enrol", json=body)
     assert response.status_code == 201, response.text
     enrolled = response.json()
