@@ -175,6 +175,16 @@ RK3588_ARM_DRIVER = BoardFixture(
     },
 )
 
+# Turnip exposes what Qualcomm's driver does for the limits the probe keeps (see each fixture's sources).
+ADRENO_750_LIMITS = {
+    "maxImageDimension1D": 16384,
+    "maxImageDimension2D": 16384,
+    "maxImageDimension3D": 2048,
+    "maxStorageBufferRange": 134217728,
+    "maxPushConstantsSize": 256,
+    "maxComputeSharedMemorySize": 32768,
+    "maxComputeWorkGroupInvocations": 1024,
+}
 ADRENO_750_QUALCOMM = BoardFixture(
     name="sm8650-adreno-750-qualcomm",
     model="Qualcomm Technologies, Inc. SM8650 QRD",
@@ -195,15 +205,7 @@ ADRENO_750_QUALCOMM = BoardFixture(
         },
     ),
     full=_full(
-        {
-            "maxImageDimension1D": 16384,
-            "maxImageDimension2D": 16384,
-            "maxImageDimension3D": 2048,
-            "maxStorageBufferRange": 134217728,
-            "maxPushConstantsSize": 256,
-            "maxComputeSharedMemorySize": 32768,
-            "maxComputeWorkGroupInvocations": 1024,
-        },
+        ADRENO_750_LIMITS,
         "1.3.128 (4206720)",
         "Adreno (TM) 750",
     ),
@@ -241,15 +243,7 @@ ADRENO_750_TURNIP = BoardFixture(
         },
     ),
     full=_full(
-        {
-            "maxImageDimension1D": 16384,
-            "maxImageDimension2D": 16384,
-            "maxImageDimension3D": 2048,
-            "maxStorageBufferRange": 134217728,
-            "maxPushConstantsSize": 256,
-            "maxComputeSharedMemorySize": 32768,
-            "maxComputeWorkGroupInvocations": 1024,
-        },
+        ADRENO_750_LIMITS,
         "1.4.305 (4210993)",
         "Turnip Adreno (TM) 750",
     ),
