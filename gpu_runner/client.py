@@ -34,13 +34,12 @@ def _detail(response: httpx.Response) -> str:
 
 
 class FarmClient:
-    def __init__(self, config: RunnerConfig) -> None:
+    def __init__(self, config: RunnerConfig, http: httpx.Client | None = None) -> None:
+        """``http``: the client to send through (an in-process app's, in tests); by default one to
+        ``config.url``. Either way every call carries the runner credential."""
         self.config = config
-        self._http = httpx.Client(
-            base_url=config.url.rstrip("/"),
-            headers={"Authorization": f"Bearer {config.credential}"},
-            timeout=TIMEOUT,
-        )
+        self._http = http or httpx.Client(base_url=config.url.rstrip("/"), timeout=TIMEOUT)
+        self._http.headers["Authorization"] = f"Bearer {config.credential}"
 
     def close(self) -> None:
         self._http.close()

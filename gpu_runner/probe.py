@@ -3,10 +3,14 @@
 Two runtimes can execute programs (gpu_runner/runtime.py): the installed Python ``executorch.runtime``,
 asked through its ``backend_registry``, and a native ``executor_runner`` binary when one is configured,
 whose backends are the registration names linked into it (gpu_runner/native_runtime.py). The device
-classes a runner offers follow from both: ``cpu-<arch>-xnnpack`` when either has XnnpackBackend,
-``<gpu>-vulkan`` (``mali-g610-vulkan``, ``h100-vulkan``, ``llvmpipe-vulkan``) for each Vulkan device only
-when either has VulkanBackend: a GPU no runtime can use is no device class. Apart from the classes, a
-host with torch and lerobot installed takes eager-baseline jobs (``baseline_capability``).
+classes a runner offers follow from both: ``cpu-<arch>-xnnpack`` when either has XnnpackBackend, and
+``<gpu>-vulkan`` for each Vulkan GPU only when either has VulkanBackend: a GPU no runtime can use is no
+device class. ``<gpu>`` is the model in the Vulkan device name (``h200-vulkan`` for "NVIDIA H200",
+``mali-g610-vulkan``, ``adreno-750-vulkan`` for "Adreno (TM) 750" or "Turnip Adreno (TM) 750").
+Software Vulkan devices (Mesa's llvmpipe/lavapipe, SwiftShader: device type CPU) are never GPU classes;
+``not_offered`` says so. When a board whose SoC has a known GPU (``SOC_GPUS``, from the device tree's
+``compatible``) shows no Vulkan GPU, ``not_offered`` names the driver it needs. Apart from the classes,
+a host with torch and lerobot installed takes eager-baseline jobs (``baseline_capability``).
 """
 
 from __future__ import annotations
@@ -40,8 +44,22 @@ VENDORS = {
     "0x14e4": "Broadcom",
     "0x5143": "Qualcomm",
     "0x8086": "Intel",
+    "0x1ae0": "Google",
     "0x10005": "Mesa",
 }
+# Software implementations: Vulkan on the CPU. Each is also recognised by its device type (CPU).
+SOFTWARE_DRIVERS = {"DRIVER_ID_MESA_LLVMPIPE", "DRIVER_ID_GOOGLE_SWIFTSHADER"}
+_SOFTWARE_NAME = re.compile(r"\b(llvmpipe|lavapipe|swiftshader)\b", re.IGNORECASE)
+# The GPU of a SoC (a device-tree ``compatible`` entry) and the Vulkan drivers that drive it on Linux.
+SOC_GPUS = {
+    "rockchip,rk3588": (
+        "Mali-G610",
+        "Arm's Mali driver (libmali-valhall-g610 with Vulkan, vendor 0x13B5) or Mesa's panvk "
+        "(Mesa 25.0.2 or newer: Vulkan 1.1 conformant on the Mali-G610)",
+    ),
+    "qcom,sm8650": ("Adreno 750", "Qualcomm's Adreno Vulkan driver or Mesa's turnip with Adreno 750 support"),
+}
+SOC_GPUS["rockchip,rk3588s"] = SOC_GPUS["rockchip,rk3588"]  # the same SoC in a smaller package
 # Full vulkaninfo limits worth keeping: the Vulkan delegate maps tensors onto 3D images and buffers.
 LIMITS = (
     "maxImageDimension1D",
@@ -53,15 +71,20 @@ LIMITS = (
     "maxPushConstantsSize",
 )
 VULKANINFO_TIMEOUT_S = 20
-_VENDOR_WORDS = {"nvidia", "amd", "ati", "arm", "qualcomm", "intel", "apple", "imagination", "broadcom"}
+# Words of a device name that are no part of the model: vendors, and Mesa drivers that prefix their name.
+_VENDOR_WORDS = {
+    "nvidia", "amd", "ati", "arm", "qualcomm", "intel", "apple", "imagination", "broadcom", "turnip",
+}  # fmt: skip
 _KEY_VALUE = re.compile(r"^\s*(\w+)\s*=\s*(.*?)\s*$")
 _GPU_HEADER = re.compile(r"^GPU(\d+):\s*$")
 
 
-def board() -> Board:
-    model = _read("/proc/device-tree/model")
+def board(root: Path = Path("/")) -> Board:
+    """The board from ``root``'s /proc (a fixture's tree in tests)."""
+    model = _read(str(root / "proc/device-tree/model"))
+    compatible = _read(str(root / "proc/device-tree/compatible")) or ""
     cpu_model = None
-    cpuinfo = _read("/proc/cpuinfo") or ""
+    cpuinfo = _read(str(root / "proc/cpuinfo")) or ""
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
         # x86 says "model name"; arm64 kernels often only say "Hardware" or nothing at all.
@@ -70,6 +93,7 @@ def board() -> Board:
             break
     return Board(
         model=model.rstrip("\0").strip() if model else None,
+        compatible=[entry for entry in compatible.split("\0") if entry.strip()],
         cpu_model=cpu_model,
         cores=os.cpu_count() or 1,
         arch=platform.machine(),
@@ -83,11 +107,10 @@ def _read(path: str) -> str | None:
         return None
 
 
-def _vulkaninfo(*args: str) -> str:
-    result = subprocess.run(
+def _vulkaninfo(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         ["vulkaninfo", *args], capture_output=True, text=True, timeout=VULKANINFO_TIMEOUT_S, check=False
     )
-    return result.stdout
 
 
 def parse_summary(text: str) -> list[VulkanDevice]:
@@ -109,12 +132,18 @@ def parse_summary(text: str) -> list[VulkanDevice]:
 
 def _device(fields: dict[str, str]) -> VulkanDevice:
     vendor_id = fields.get("vendorID", "").lower() or None
+    device_type = fields.get("deviceType", "").removeprefix("PHYSICAL_DEVICE_TYPE_") or None
+    driver_id = fields.get("driverID")
     return VulkanDevice(
         index=int(fields["index"]),
         name=fields["deviceName"],
         vendor=VENDORS.get(vendor_id or "", vendor_id or "unknown"),
         vendor_id=vendor_id,
-        device_type=fields.get("deviceType", "").removeprefix("PHYSICAL_DEVICE_TYPE_") or None,
+        device_type=device_type,
+        driver_id=driver_id,
+        software=device_type == "CPU"
+        or driver_id in SOFTWARE_DRIVERS
+        or _SOFTWARE_NAME.search(fields["deviceName"]) is not None,
         driver_name=fields.get("driverName"),
         driver_info=fields.get("driverInfo"),
         driver_version=fields.get("driverVersion"),
@@ -140,10 +169,12 @@ def vulkan_devices() -> tuple[list[VulkanDevice], str]:
     if shutil.which("vulkaninfo") is None:
         return [], "none: vulkaninfo not installed (package vulkan-tools)"
     try:
-        devices = parse_summary(_vulkaninfo("--summary"))
+        summary = _vulkaninfo("--summary")
+        devices = parse_summary(summary.stdout)
         if not devices:
-            return [], "none: no Vulkan loader or device found"
-        limits = parse_limits(_vulkaninfo())
+            errors = [line.strip() for line in summary.stderr.splitlines() if "ERROR" in line]
+            return [], "none: no Vulkan loader or device found" + (f" ({errors[-1]})" if errors else "")
+        limits = parse_limits(_vulkaninfo().stdout)
     except (OSError, subprocess.TimeoutExpired) as error:
         return [], f"none: vulkaninfo failed ({error})"
     for device in devices:
@@ -181,8 +212,8 @@ def executorch_info(ask: bool = True) -> ExecutorchInfo:
 
 
 def gpu_slug(name: str) -> str:
-    """A device name as a class: "Mali-G610 MC4" -> mali-g610, "NVIDIA H100 80GB HBM3" -> h100,
-    "llvmpipe (LLVM 15.0.6, 256 bits)" -> llvmpipe, "Adreno (TM) 740" -> adreno-740."""
+    """A device name as a class: "Mali-G610 MC4" -> mali-g610, "NVIDIA H200" -> h200, "NVIDIA H100 80GB
+    HBM3" -> h100, "Adreno (TM) 750" and "Turnip Adreno (TM) 750" -> adreno-750."""
     words = re.sub(r"\([^)]*\)", " ", name).lower().replace("_", " ").split()
     words = [w for w in words if w not in _VENDOR_WORDS] or ["gpu"]
     kept: list[str] = []
@@ -215,14 +246,31 @@ def device_classes(
         classes.append(f"cpu-{board.arch}-xnnpack")
     elif not info.error or info.error == NOT_ASKED:
         not_offered["xnnpack"] = f"XnnpackBackend is not registered in the {where}"
+    gpus = [d for d in devices if not d.software]
+    for device in devices:
+        if device.software:
+            not_offered[f"{gpu_slug(device.name)}-vulkan"] = (
+                f"{device.name} is a software Vulkan device (it runs on the CPU), never a GPU class"
+            )
     if runtime.RUNTIME_BACKEND["vulkan"] not in registered:
-        gpus = ", ".join(d.name for d in devices) or vulkan_status
-        not_offered["vulkan"] = f"VulkanBackend is not registered in the {where} (Vulkan devices: {gpus})"
-    elif not devices:
-        not_offered["vulkan"] = f"no Vulkan device: {vulkan_status}"
+        names = ", ".join(d.name for d in devices) or vulkan_status
+        why = f"VulkanBackend is not registered in the {where} (Vulkan devices: {names})"
+    elif not gpus:
+        why = "no Vulkan GPU: " + ("only software devices" if devices else vulkan_status)
     else:
-        classes.extend(dict.fromkeys(f"{gpu_slug(d.name)}-vulkan" for d in devices))
+        classes.extend(dict.fromkeys(f"{gpu_slug(d.name)}-vulkan" for d in gpus))
+        return classes, not_offered
+    not_offered["vulkan"] = why + ("" if gpus else missing_driver(board))
     return classes, not_offered
+
+
+def missing_driver(board: Board) -> str:
+    """What the board's GPU needs when no Vulkan driver shows it ("" for a SoC not in ``SOC_GPUS``)."""
+    for entry in board.compatible:
+        if entry in SOC_GPUS:
+            gpu, drivers = SOC_GPUS[entry]
+            return f"; this board's {gpu} ({entry}) has no Vulkan driver here: on Linux it needs {drivers}"
+    return ""
 
 
 def _installed(distribution: str) -> str | None:
@@ -265,7 +313,8 @@ def describe(report: ProbeReport) -> str:
     """The probe as one readable block."""
     b = report.board
     lines = [
-        f"board:        {b.model or '(no device-tree model)'}",
+        f"board:        {b.model or '(no device-tree model)'}"
+        + (f" ({', '.join(b.compatible)})" if b.compatible else ""),
         f"cpu:          {b.cpu_model or 'unknown'} ({b.cores} cores, {b.arch})",
         f"executorch:   {report.executorch.version or 'not installed'}; backends: "
         + (", ".join(report.executorch.registered_backends) or report.executorch.error or "none"),
@@ -282,7 +331,8 @@ def describe(report: ProbeReport) -> str:
         for d in report.vulkan_devices:
             limit = d.limits.get("maxImageDimension3D")
             lines.append(
-                f"vulkan GPU{d.index}:  {d.name} [{d.vendor}, {d.device_type or '?'}] driver "
+                f"vulkan GPU{d.index}:  {d.name} [{d.vendor}, {d.device_type or '?'}"
+                f"{', software' if d.software else ''}] driver "
                 f"{d.driver_name or '?'} {d.driver_info or d.driver_version or ''}, "
                 f"API {d.api_version or '?'}" + (f", maxImageDimension3D {limit}" if limit else "")
             )

@@ -17,6 +17,7 @@ RESULT_FORMAT = 1
 
 class Board(BaseModel):
     model: str | None = None  # /proc/device-tree/model (SBCs such as RK3588 boards); None elsewhere
+    compatible: list[str] = Field(default_factory=list)  # /proc/device-tree/compatible: board, then SoC
     cpu_model: str | None = None
     cores: int
     arch: str
@@ -28,11 +29,13 @@ class VulkanDevice(BaseModel):
     vendor: str
     vendor_id: str | None = None
     device_type: str | None = None  # e.g. INTEGRATED_GPU, DISCRETE_GPU, CPU (llvmpipe)
+    driver_id: str | None = None  # e.g. DRIVER_ID_MESA_PANVK, DRIVER_ID_ARM_PROPRIETARY
     driver_name: str | None = None
     driver_info: str | None = None
     driver_version: str | None = None
     api_version: str | None = None
     limits: dict[str, int] = Field(default_factory=dict)  # maxImageDimension3D and friends
+    software: bool = False  # a CPU implementation (llvmpipe/lavapipe, SwiftShader): never a GPU class
 
 
 class ExecutorchInfo(BaseModel):
@@ -86,7 +89,8 @@ class ProbeReport(BaseModel):
     baseline: EagerBaseline | None = None  # None: probed before baselines were asked about
     thermal_zones: list[ThermalZone] = Field(default_factory=list)
     device_classes: list[str] = Field(default_factory=list)
-    not_offered: dict[str, str] = Field(default_factory=dict)  # backend -> one line saying why no class
+    # backend ("vulkan", "xnnpack") or a software device's would-be class ("llvmpipe-vulkan") -> why not
+    not_offered: dict[str, str] = Field(default_factory=dict)
 
 
 class ProgramCheck(BaseModel):

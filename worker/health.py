@@ -1,10 +1,13 @@
 """The device runners' health-check bundle: one tiny program, built with the engine's own bundle writer.
 
-A new (or recovering) runner must run this bundle and match its references before it takes work
-(design.md, "Register a new board"). The farm ships the XNNPACK one built by this module under
-``orchestrator/artifacts/health/<backend>/`` so that the orchestrator, which never imports torch, can
-serve it; ``python -m worker.health DIR xnnpack`` rebuilds it (after an ExecuTorch upgrade, say) and
-prints where it went. Imports torch and ExecuTorch: CPU worker side only.
+A new (or recovering) runner must run the bundle of one of its classes' backend and match its
+references before it takes work (design.md, "Register a new board"). The farm ships one per backend,
+built by this module under ``orchestrator/artifacts/health/<backend>/`` (XNNPACK and Vulkan, the same
+program lowered with each backend's stock partitioner) so that the orchestrator, which never imports
+torch, can serve it; ``python -m worker.health orchestrator/artifacts/health/vulkan vulkan`` rebuilds one
+(after an ExecuTorch upgrade, say) and prints where it went. The Vulkan one is lowered here with the
+wheel's ``VulkanPartitioner``; the wheel has no Vulkan runtime, so it runs only on a runner whose
+runtime registers ``VulkanBackend``. Imports torch and ExecuTorch: CPU worker side only.
 """
 
 from __future__ import annotations
@@ -22,20 +25,23 @@ from worker.bundle import write_bundle
 from worker.policies.base import Call, ChunkPlan, TracedPolicy, TracedProgram
 from worker.stages.events import EventLog
 from worker.stages.trace import write_trace
+from worker.versions import versions
 
 HEALTH_POLICY = "health-check"
 FRAMES = 4
 
 
 class HealthModel(torch.nn.Module):
-    """A linear layer and a ReLU: enough for the runtime to load a delegate and compute something."""
+    """Two linear layers with a ReLU between: enough for the runtime to load a delegate, pass a tensor
+    from one op to the next inside it and compute something (a few KB on every backend)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.proj = torch.nn.Linear(8, 8)
+        self.up = torch.nn.Linear(8, 16)
+        self.down = torch.nn.Linear(16, 8)
 
     def forward(self, state: torch.Tensor) -> torch.Tensor:
-        return torch.relu(self.proj(state))
+        return self.down(torch.relu(self.up(state)))
 
 
 def traced() -> TracedPolicy:
@@ -79,7 +85,12 @@ def build(out: Path, backend: str) -> Path:
                 program.exported, partitioner=[get_backend(backend).make_partitioner()]
             )
             (lowered / f"{program.name}.pte").write_bytes(edge.to_executorch().buffer)
-        doc = ResultDocument(policy=HEALTH_POLICY, backend=backend, trace=StageResult(status=StageStatus.OK))
+        doc = ResultDocument(
+            policy=HEALTH_POLICY,
+            backend=backend,
+            trace=StageResult(status=StageStatus.OK),
+            versions=versions(),
+        )
         bundle = write_bundle(doc, trace, trace_dir, lowered, work / "bundles")
         if out.exists():
             shutil.rmtree(out)

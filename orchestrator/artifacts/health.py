@@ -2,8 +2,9 @@
 
 The orchestrator cannot build a bundle (it never imports torch), so the bundles live in the source tree,
 under ``health/<backend>/``, and are put into the artifact store under their sha256 the first time a
-runner asks. XNNPACK has one; a backend without one (Vulkan, until a host with a Vulkan runtime builds
-and ships it) leaves its runners quarantined with that reason.
+runner asks. XNNPACK and Vulkan have one each (the same two-linear program, the Vulkan one lowered with
+the wheel's ``VulkanPartitioner``); a class whose backend has none leaves its runner quarantined with
+that reason.
 """
 
 from __future__ import annotations

@@ -36,11 +36,17 @@ def enrol(
     admin: dict[str, str],
     name: str = "board",
     baseline: bool = False,
+    classes: list[str] | None = None,
     signing_key: str | None = None,
 ) -> tuple[int, dict[str, str]]:
     """Enrol a runner; ``signing_key``: the public key of its offline signatures."""
     token = client.post("/api/enrolment-tokens", headers=admin, json={}).json()["token"]
-    body = {"token": token, "name": name, "probe": probe(baseline=baseline), "signing_key": signing_key}
+    body = {
+        "token": token,
+        "name": name,
+        "probe": probe(classes, baseline=baseline),
+        "signing_key": signing_key,
+    }
     response = client.post("/api/runners/enrol", json=body)
     assert response.status_code == 201, response.text
     enrolled = response.json()

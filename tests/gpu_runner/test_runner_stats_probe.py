@@ -80,6 +80,9 @@ def test_vulkaninfo_parsing_and_classes() -> None:
     assert [gpu_slug(d.name) for d in (llvmpipe, mali)] == ["llvmpipe", "mali-g610"]
     assert gpu_slug("NVIDIA H100 80GB HBM3") == "h100"
     assert gpu_slug("Adreno (TM) 740") == "adreno-740"
+    assert gpu_slug("Turnip Adreno (TM) 750") == gpu_slug("Adreno (TM) 750") == "adreno-750"
+    assert gpu_slug("NVIDIA H200") == "h200"
+    assert (llvmpipe.software, mali.software) == (True, False)  # device type CPU: never a GPU class
     assert parse_summary("no devices here") == []
 
 

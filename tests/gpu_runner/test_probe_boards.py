@@ -1,0 +1,190 @@
+"""The probe on the boards the farm is for (fixtures in boards.py, each labelled with its sources): the
+device class, the driver and the limits it derives, and why a board without a GPU driver offers none.
+
+Each test writes the board's /proc and puts a stand-in ``vulkaninfo`` that prints the fixture first on
+PATH, so the probe's own subprocess call and parsers run. The runtime is given as one that registers
+``VulkanBackend`` (as a Vulkan host's ``executor_runner`` does), since the classes are what is tested.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from boards import (
+    ADRENO_750_QUALCOMM,
+    ADRENO_750_TURNIP,
+    H200,
+    RK3588_ARM_DRIVER,
+    RK3588_LLVMPIPE_ONLY,
+    RK3588_NO_DRIVER,
+    RK3588_PANVK,
+    SWIFTSHADER,
+    WITH_GPU,
+    BoardFixture,
+    path_with,
+)
+
+from gpu_runner.probe import board, describe, device_classes, vulkan_devices
+from gpu_runner.result import Board, ExecutorchInfo, ProbeReport, VulkanDevice
+
+VULKAN_RUNTIME = ExecutorchInfo(version="1.5.1", registered_backends=["VulkanBackend", "XnnpackBackend"])
+NEEDS_MALI_DRIVER = (
+    "this board's Mali-G610 (rockchip,rk3588) has no Vulkan driver here: on Linux it needs Arm's Mali "
+    "driver (libmali-valhall-g610 with Vulkan, vendor 0x13B5) or Mesa's panvk (Mesa 25.0.2 or newer"
+)
+
+
+def probe_fixture(
+    fixture: BoardFixture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Board, list[VulkanDevice], str, list[str], dict[str, str]]:
+    tree, bin_dir = fixture.install(tmp_path)
+    monkeypatch.setenv("PATH", path_with(bin_dir))
+    host = board(tree)
+    devices, status = vulkan_devices()
+    classes, not_offered = device_classes(host, devices, status, VULKAN_RUNTIME)
+    return host, devices, status, classes, not_offered
+
+
+@pytest.mark.parametrize(
+    ("fixture", "device_class", "vendor", "driver", "api", "limits"),
+    [
+        (
+            RK3588_PANVK,
+            "mali-g610-vulkan",
+            "ARM",
+            ("DRIVER_ID_MESA_PANVK", "panvk", "Mesa 25.0.7"),
+            "1.1.305",
+            {
+                "maxImageDimension3D": 512,
+                "maxStorageBufferRange": 4294967295,
+                "maxComputeSharedMemorySize": 32768,
+            },
+        ),
+        (
+            RK3588_ARM_DRIVER,
+            "mali-g610-vulkan",
+            "ARM",
+            ("DRIVER_ID_ARM_PROPRIETARY", "Arm Mali driver", "g24p0-00eac0"),
+            "1.3.261",
+            {"maxImageDimension3D": 65536, "maxPushConstantsSize": 128},
+        ),
+        (
+            ADRENO_750_QUALCOMM,
+            "adreno-750-vulkan",
+            "Qualcomm",
+            (
+                "DRIVER_ID_QUALCOMM_PROPRIETARY",
+                "Qualcomm Technologies Inc. Adreno Vulkan Driver",
+                "Driver Build: 1394a2c7a8, Id12349e41b, 1708672982",
+            ),
+            "1.3.128",
+            {"maxImageDimension3D": 2048, "maxStorageBufferRange": 134217728},
+        ),
+        (
+            ADRENO_750_TURNIP,
+            "adreno-750-vulkan",
+            "Qualcomm",
+            ("DRIVER_ID_MESA_TURNIP", "turnip Mesa driver", "Mesa 25.1.0"),
+            "1.4.305",
+            {"maxImageDimension2D": 16384, "maxPushConstantsSize": 256},
+        ),
+        (
+            H200,
+            "h200-vulkan",
+            "NVIDIA",
+            ("DRIVER_ID_NVIDIA_PROPRIETARY", "NVIDIA", "580.159.04"),
+            "1.4.312",
+            {"maxImageDimension3D": 16384, "maxComputeSharedMemorySize": 49152},
+        ),
+    ],
+    ids=lambda value: value.name if isinstance(value, BoardFixture) else None,
+)
+def test_the_probe_derives_class_driver_and_limits(
+    fixture: BoardFixture,
+    device_class: str,
+    vendor: str,
+    driver: tuple[str, str, str],
+    api: str,
+    limits: dict[str, int],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    host, devices, status, classes, not_offered = probe_fixture(fixture, tmp_path, monkeypatch)
+    assert (host.model, tuple(host.compatible)) == (fixture.model, fixture.compatible)
+    assert status == "ok"
+    (device,) = devices
+    assert (device.vendor, device.software) == (vendor, False)
+    assert device.device_type in ("INTEGRATED_GPU", "DISCRETE_GPU")
+    assert (device.driver_id, device.driver_name, device.driver_info, device.api_version) == (*driver, api)
+    assert limits.items() <= device.limits.items()
+    assert set(device.limits) == {  # every limit the probe keeps, read from the full output
+        "maxImageDimension1D", "maxImageDimension2D", "maxImageDimension3D", "maxStorageBufferRange",
+        "maxPushConstantsSize", "maxComputeSharedMemorySize", "maxComputeWorkGroupInvocations",
+    }  # fmt: skip
+    assert classes == [f"cpu-{host.arch}-xnnpack", device_class]
+    assert not_offered == {}
+    report = ProbeReport(
+        board=host, vulkan_devices=devices, vulkan_status=status, executorch=VULKAN_RUNTIME,
+        device_classes=classes, not_offered=not_offered,
+    )  # fmt: skip
+    assert f"classes:      cpu-{host.arch}-xnnpack, {device_class}" in describe(report)
+
+
+def test_fixtures_say_where_their_figures_come_from() -> None:
+    for fixture in (*WITH_GPU, RK3588_NO_DRIVER, RK3588_LLVMPIPE_ONLY, SWIFTSHADER):
+        assert fixture.sources and all(text.strip() for text in fixture.sources.values()), fixture.name
+
+
+def test_a_mali_board_without_a_vulkan_driver_says_which_driver_it_needs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host, devices, status, classes, not_offered = probe_fixture(RK3588_NO_DRIVER, tmp_path, monkeypatch)
+    assert host.compatible == ["radxa,rock-5b", "rockchip,rk3588"]
+    assert devices == []
+    assert status.startswith("none: no Vulkan loader or device found")
+    assert "vkEnumeratePhysicalDevices failed with ERROR_INITIALIZATION_FAILED" in status
+    assert not any(name.endswith("-vulkan") for name in classes)
+    assert (
+        not_offered["vulkan"]
+        == f"no Vulkan GPU: {status}; {NEEDS_MALI_DRIVER}: Vulkan 1.1 conformant on the Mali-G610)"
+    )
+
+
+def test_llvmpipe_on_a_mali_board_is_no_gpu_class(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, devices, _, classes, not_offered = probe_fixture(RK3588_LLVMPIPE_ONLY, tmp_path, monkeypatch)
+    (llvmpipe,) = devices
+    assert llvmpipe.software and llvmpipe.device_type == "CPU"
+    assert not any(name.endswith("-vulkan") for name in classes)  # and never llvmpipe-vulkan
+    assert not_offered["llvmpipe-vulkan"] == (
+        "llvmpipe (LLVM 15.0.6, 128 bits) is a software Vulkan device (it runs on the CPU), never a GPU class"
+    )
+    assert not_offered["vulkan"].startswith("no Vulkan GPU: only software devices; " + NEEDS_MALI_DRIVER)
+
+
+def test_swiftshader_is_no_gpu_class(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, devices, _, classes, not_offered = probe_fixture(SWIFTSHADER, tmp_path, monkeypatch)
+    (swiftshader,) = devices
+    assert (swiftshader.vendor, swiftshader.software) == ("Google", True)
+    assert not any(name.endswith("-vulkan") for name in classes)
+    assert "is a software Vulkan device" in not_offered["swiftshader-device-vulkan"]
+    assert not_offered["vulkan"] == "no Vulkan GPU: only software devices"  # no SoC to name a driver for
+
+
+def test_a_software_device_beside_a_gpu_leaves_the_gpu_class() -> None:
+    gpu = VulkanDevice(index=0, name="NVIDIA H200", vendor="NVIDIA", device_type="DISCRETE_GPU")
+    cpu = VulkanDevice(index=1, name="llvmpipe (LLVM 15.0.6, 256 bits)", vendor="Mesa", software=True)
+    classes, not_offered = device_classes(Board(cores=16, arch="x86_64"), [gpu, cpu], "ok", VULKAN_RUNTIME)
+    assert classes == ["cpu-x86_64-xnnpack", "h200-vulkan"]
+    assert list(not_offered) == ["llvmpipe-vulkan"]
+
+
+def test_a_mali_board_without_vulkaninfo_also_names_its_driver(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree, _ = RK3588_PANVK.install(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    devices, status = vulkan_devices()
+    assert (devices, status) == ([], "none: vulkaninfo not installed (package vulkan-tools)")
+    _, not_offered = device_classes(board(tree), devices, status, VULKAN_RUNTIME)
+    assert not_offered["vulkan"].startswith(f"no Vulkan GPU: {status}; {NEEDS_MALI_DRIVER}")
