@@ -15,6 +15,7 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -44,34 +45,49 @@ class HealthModel(torch.nn.Module):
         return self.down(torch.relu(self.up(state)))
 
 
-def traced() -> TracedPolicy:
-    torch.manual_seed(0)
-    model = HealthModel().eval()
-    example = torch.randn(1, 8)
-    plan = ChunkPlan(
-        frame_inputs=("state",),
-        calls=(Call("health", ("state",), ("out",)),),
-        outputs=("out",),
-        constants={},
-    )
+def single_program(
+    name: str,
+    model: torch.nn.Module,
+    examples: Callable[[int], tuple[torch.Tensor, ...]],
+    policy: str,
+    inputs: tuple[str, ...] | None = None,
+) -> TracedPolicy:
+    """``model`` as a one-program policy whose frame ``i`` feeds it ``examples(i)`` (frame 0 is also
+    the traced example), its inputs named ``inputs`` (default ``in0``, ``in1``, ...)."""
+    model = model.eval()
+    inputs = inputs or tuple(f"in{i}" for i in range(len(examples(0))))
+    call = Call(name, inputs, ("out",))
+    plan = ChunkPlan(frame_inputs=inputs, calls=(call,), outputs=("out",), constants={})
 
     def make_frame(i: int) -> dict[str, torch.Tensor]:
-        return {"state": torch.randn(1, 8, generator=torch.Generator().manual_seed(i))}
+        return dict(zip(inputs, examples(i), strict=True))
 
     return TracedPolicy(
-        policy=HEALTH_POLICY,
-        programs=[TracedProgram("health", torch.export.export(model, (example,)), ("state",), ("out",))],
+        policy=policy,
+        programs=[TracedProgram(name, torch.export.export(model, examples(0)), inputs, ("out",))],
         plan=plan,
-        eager={"health": model},
+        eager={name: model},
         make_frame=make_frame,
     )
 
 
-def build(out: Path, backend: str) -> Path:
-    """Write the health-check bundle of ``backend`` as ``out`` (replaced) and return it."""
+def traced() -> TracedPolicy:
+    torch.manual_seed(0)
+    return single_program(
+        "health",
+        HealthModel(),
+        lambda i: (torch.randn(1, 8, generator=torch.Generator().manual_seed(i)),),
+        HEALTH_POLICY,
+        inputs=("state",),
+    )
+
+
+def build(out: Path, backend: str, policy: TracedPolicy | None = None) -> Path:
+    """Write the bundle of ``policy`` (default: the health check) lowered for ``backend`` with the
+    backend's stock partitioner as ``out`` (replaced), and return it."""
     from executorch.exir import to_edge_transform_and_lower
 
-    policy = traced()
+    policy = policy or traced()
     with tempfile.TemporaryDirectory(prefix="health.") as work_name:
         work = Path(work_name)
         trace_dir, lowered = work / "trace", work / "lowered"
@@ -86,7 +102,7 @@ def build(out: Path, backend: str) -> Path:
             )
             (lowered / f"{program.name}.pte").write_bytes(edge.to_executorch().buffer)
         doc = ResultDocument(
-            policy=HEALTH_POLICY,
+            policy=policy.policy,
             backend=backend,
             trace=StageResult(status=StageStatus.OK),
             versions=versions(),

@@ -1,0 +1,88 @@
+"""One-op bundles that reproduce a device runtime's refusal of a program the partitioner accepted.
+
+A blocker repro (``worker/repros/script.py``) shows an op the partitioner leaves on the CPU. A runtime
+refusal is the opposite: the partitioner delegates the op and the device runtime will not load it. Each
+repro here is the op alone, at the shape and argument form that the policy's program gives it, lowered
+with the backend's stock partitioner into a bundle the runner runs like any other; on a host whose
+runtime refuses the op it fails at load with the same message as the policy's bundle.
+
+``python -m worker.repros.runtime OUT`` writes every repro's bundle under ``OUT/<name>/``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from worker.health import build, single_program
+
+
+class IndexSecondDim(torch.nn.Module):
+    """``x[:, idx]``: ``aten.index.Tensor`` with indices ``[None, idx]`` (vqbet's codebook lookup)."""
+
+    def forward(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        return x[:, idx]
+
+
+class ArgmaxLastDim(torch.nn.Module):
+    """``argmax`` over the last dim of a small float tensor (tdmpc's planner picks its elites so)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.argmax(x, dim=-1)
+
+
+@dataclass(frozen=True)
+class RuntimeRepro:
+    name: str
+    op: str
+    runtime_source: str  # the runtime file whose check refuses it (in the refusal's message)
+    model: Callable[[], torch.nn.Module]
+    examples: Callable[[int], tuple[torch.Tensor, ...]]
+    seen_in: tuple[str, ...]  # policies whose bundles the runtime refused with the same message
+
+
+def _generator(i: int) -> torch.Generator:
+    return torch.Generator().manual_seed(i)
+
+
+REPROS = (
+    RuntimeRepro(
+        name="index_tensor_none_first",
+        op="aten.index.Tensor",
+        runtime_source="IndexTensor.cpp",
+        model=IndexSecondDim,
+        examples=lambda i: (torch.randn(4, 16, generator=_generator(i)), torch.tensor([3, 0, 7, 7])),
+        seen_in=("vqbet",),
+    ),
+    RuntimeRepro(
+        name="argmax_texture_input",
+        op="aten.argmax.default",
+        runtime_source="ArgReduce.cpp",
+        model=ArgmaxLastDim,
+        examples=lambda i: (torch.randn(1, 8, 64, generator=_generator(i)),),
+        seen_in=("tdmpc",),
+    ),
+)
+
+
+def repro_for(runtime_message: str) -> RuntimeRepro | None:
+    """The repro whose runtime source file the refusal names, if any."""
+    return next((r for r in REPROS if r.runtime_source in runtime_message), None)
+
+
+def build_all(out: Path, backend: str = "vulkan") -> dict[str, Path]:
+    written = {}
+    for repro in REPROS:
+        torch.manual_seed(0)
+        policy = single_program(repro.name, repro.model(), repro.examples, f"repro-{repro.name}")
+        written[repro.name] = build(out / repro.name, backend, policy)
+    return written
+
+
+if __name__ == "__main__":
+    for name, path in build_all(Path(sys.argv[1])).items():
+        print(name, path)
