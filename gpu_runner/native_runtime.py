@@ -368,6 +368,17 @@ def runtime_message(lines: Sequence[str]) -> str:
     return _strip(meaningful[-1]) if meaningful else "no error logged"
 
 
+_RAISED_FROM = re.compile(r"Exception raised from \S+ at (?:\S*/)?(?P<where>[^/\s]+:\d+): ")
+
+
+def short_message(message: str) -> str:
+    """The runtime's message as the grid shows it: the first failure, where the check that failed sits
+    (``IndexTensor.cpp:76``) and what it says, without the exception's type and the source path."""
+    first = message.split("; ")
+    text = next((part for part in first if not part.startswith("terminate called")), message)
+    return _RAISED_FROM.sub(lambda m: f"{m.group('where')}: ", text).strip()
+
+
 def classify_exit(
     kind: FailureKind, program: str, returncode: int | None, lines: Sequence[str], what: str
 ) -> DeviceFailure:
@@ -380,7 +391,8 @@ def classify_exit(
         if signal_number is not None
         else f"status {exit_status}"
     )
-    cause = f"program {program} {what}: executor_runner exited with {how}: {message}"
+    said = f"program {program} {what} ({how})" if kind == "crashed" else f"program {program} {what}"
+    cause = f"{said}: {short_message(message)}"
     return DeviceFailure(
         kind=kind,
         cause=_one_line(cause),
@@ -485,7 +497,7 @@ class NativeServer:
         except TimeoutError:
             self._fail("out_of_time", f"did not load within {self.timeout_s:.0f} s", kill=True)
         if not ready:
-            self._fail("refused_at_load", "failed to load")
+            self._fail("refused_at_load", "refused at load")
         self.load_ms = parse_log("\n".join(lines)).load_ms
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -586,7 +598,7 @@ class NativeProgram:
                 output_base=base,
                 quiet_outputs=self._runtime.quiet_outputs,
             )
-            log, wall_ms = self._runtime.execute(args, self, "crashed", "failed to run")
+            log, wall_ms = self._runtime.execute(args, self, "crashed", "crashed while running")
             values = (
                 [decode(folder / f"out-{i}.bin", s) for i, s in enumerate(self.spec.outputs)] if base else []
             )
@@ -637,7 +649,7 @@ class NativeRuntime:
             runner_args(self.binary, pte, executions=0, quiet_outputs=self.quiet_outputs),
             probe,
             "refused_at_load",
-            "failed to load",
+            "refused at load",
         )
         load = ProgramLoad(program=spec.name, first_ms=log.load_ms, first_wall_ms=wall_ms)
         server = None
