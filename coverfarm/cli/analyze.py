@@ -97,8 +97,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(doc.model_dump_json(indent=2))
     else:
-        print(tracker.markdown_table(tracker.columns(doc.backend), [tracker.row(doc)]))
-        cause = tracker.cause_line(doc)
-        if cause:
-            print(f"\n{cause}")
+        print(tracker.analyze_output(doc))
     return 0

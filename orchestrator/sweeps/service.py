@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from coverfarm import device_classes
+from coverfarm.cell_build import CpuJobs
 from coverfarm.queues import QUEUE_LOWER
 from coverfarm.result import Options
 from coverfarm.settings import Settings
@@ -135,6 +136,21 @@ def cell_state(cell: Cell) -> tuple[JobStatus, bool]:
     if pending and any(job.status is JobStatus.SLOW for job in cpu_jobs[:-1]):
         return JobStatus.SLOW, True
     return latest.status, pending
+
+
+def cpu_jobs(cell: Cell) -> CpuJobs:
+    """What the cell's CPU jobs say, for its view: the state rule's answer, and its latest job."""
+    state, pending = cell_state(cell)
+    cpu = [job for job in cell.jobs if jobs.device_class_of(job) is None]
+    latest = cpu[-1] if cpu else None
+    running = latest is not None and latest.status is JobStatus.RUNNING
+    return CpuJobs(
+        pending=pending,
+        cancelled=state is JobStatus.CANCELLED,
+        running=running,
+        since=latest.started_at if latest is not None and running else None,
+        cause=jobs.cause(latest) if latest is not None else None,
+    )
 
 
 def cell_view(cell: Cell) -> CellPublic:

@@ -23,7 +23,6 @@ from sqlalchemy import create_engine
 from sqlalchemy.orm import sessionmaker
 
 from coverfarm import tracker
-from coverfarm.result import ResultDocument
 from coverfarm.settings import Settings
 from dashboard import endpoints
 from orchestrator.app import create_app
@@ -106,19 +105,10 @@ def test_reports(farm: tuple[TestClient, Built]) -> None:
     check("diff.md", get(client, f"/api/sweeps/{a}/diff/{b}.md"))
 
 
-def cli_row(doc: ResultDocument) -> str:
-    """What ``coverfarm analyze`` prints for the document (coverfarm/cli/analyze.py)."""
-    text = tracker.markdown_table(tracker.columns(doc.backend), [tracker.row(doc)]) + "\n"
-    cause = tracker.cause_line(doc)
-    if cause:
-        text += f"\n{cause}\n"
-    return text
-
-
 def test_cli_rows(farm: tuple[TestClient, Built]) -> None:
     _, built = farm
     rows = [
-        f"$ coverfarm analyze --policy {doc.policy} --backend {doc.backend}\n{cli_row(doc)}"
+        f"$ coverfarm analyze --policy {doc.policy} --backend {doc.backend}\n{tracker.analyze_output(doc)}\n"
         for doc in built.documents
     ]
     check("cli-rows.md", "\n".join(rows))
