@@ -118,6 +118,14 @@ def device_text(column: Column) -> str:
     return _PLAIN[column.kind]
 
 
+def device_hint(device_class: str, column: Column) -> str:
+    """A device column's tooltip: its class, and for a latency that is not stable its spread."""
+    latency = column.latency
+    if column.kind is Kind.UNSTABLE and latency is not None and latency.cv is not None:
+        return f"{device_class}: samples not stable (CV {latency.cv:.0%}), no speed-up"
+    return device_class
+
+
 def coverage_texts(view: CellView) -> list[str]:
     """The four coverage columns' texts; a slow result whose longer re-run waits ends with ⏳."""
     texts = [

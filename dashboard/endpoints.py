@@ -36,7 +36,6 @@ _env.globals.update(
     share_colour=views.share_colour,
     compact=views.compact,
     duration=views.duration_text,
-    NO_DEVICE=tracker.NO_DEVICE,
     percent=tracker.share_percent,
 )
 templates = Jinja2Templates(env=_env)

@@ -130,7 +130,8 @@ def device_field(view: CellView) -> Field:
     shown = "; ".join(texts.values()) if len(texts) == 1 else "; ".join(f"{k}: {v}" for k, v in texts.items())
     kinds = {column.kind for column in view.devices.values()}
     kind = next((kind for kind in DEVICE_TONE_ORDER if kind in kinds), Kind.NOT_APPLICABLE)
-    return Field(shown, KIND_TONES[kind], None, ", ".join(texts), None, kind)
+    hint = ", ".join(tracker.device_hint(name, column) for name, column in view.devices.items())
+    return Field(shown, KIND_TONES[kind], None, hint, None, kind)
 
 
 def grid_cell(cell: CellPublic, view: CellView) -> GridCell:
@@ -212,12 +213,8 @@ class Details:
     repro: str
 
 
-def document(cell: CellPublic) -> ResultDocument | None:
-    return ResultDocument.model_validate(cell.result.document) if cell.result is not None else None
-
-
 def details(cell: CellPublic, view: CellView) -> Details:
-    doc = document(cell)
+    doc = cell.result.document if cell.result is not None else None
     stages: list[Stage] = []
     blockers: list[BlockerRow] = []
     if doc is not None:

@@ -80,6 +80,11 @@ def _coverage(cells: list[Cell], backend: str, views: Views) -> list[str]:
             "brackets, the speed-up over eager PyTorch on the same host's CPU; ❌ with its cause; "
             '"no device" when no runner of that class is enrolled.'
         )
+    if any(column.kind is Kind.UNSTABLE for view in rendered for column in view.devices.values()):
+        lines.append(
+            f"  • {tracker.ABOUT} before the milliseconds: that run's samples are not stable (their spread "
+            "is over the runner's bound), so it gets no speed-up."
+        )
     lines.append(f"  • {PENDING}: this cell is being measured (running or queued).")
     return lines
 

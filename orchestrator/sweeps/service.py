@@ -189,7 +189,7 @@ def _summary_fields(sweep: Sweep, cells: list[CellPublic]) -> dict[str, Any]:
                 "constant_prop": sweep.constant_prop,
                 "lowering": sweep.lowering,
                 # weights has no sweep column: every cell of a sweep records the same one
-                "weights": cells[0].options.get("weights", "auto") if cells else "auto",
+                "weights": cells[0].options.weights if cells else Options().weights,
             }
         ),
         "timeout_s": sweep.timeout_s,
