@@ -61,20 +61,31 @@ class Cell:
     devices: list[DeviceInput] = field(default_factory=list)
 
 
-def analyze_command(policy: str, backend: str, options: Options) -> str:
-    """``coverfarm analyze`` with the options that measured the cell."""
+def _number(value: float) -> str:
+    short = f"{value:g}"
+    return short if float(short) == value else repr(value)
+
+
+def analyze_command(policy: str, backend: str, options: Options, weights_used: str | None = None) -> str:
+    """``coverfarm analyze`` measuring the cell again as it was measured: each option that differs from
+    its default (the CLI's defaults are ``Options``'), the bound and the lowering always (so the command
+    holds whatever the defaults become), and the weights the result was measured with (``auto``
+    decides by the worker's memory, so a command run elsewhere must say which)."""
+    defaults = Options()
     parts = ["coverfarm analyze", f"--policy {policy}", f"--backend {backend}"]
-    parts.append(f"--timeout {options.timeout_s:g}")
-    if options.seed:
+    parts.append(f"--timeout {_number(options.timeout_s)}")
+    if options.seed != defaults.seed:
         parts.append(f"--seed {options.seed}")
-    if options.checkpoint:
+    if options.checkpoint is not None:
         parts.append(f"--checkpoint {options.checkpoint}")
-    if options.constant_prop is False:
+    if not options.constant_prop:
         parts.append("--no-constant-prop")
-    # Always spelled out, so the command repeats the cell whatever the CLI's default is.
     parts.append(f"--lowering {options.lowering}")
-    if options.frames != 16:
+    if options.frames != defaults.frames:
         parts.append(f"--frames {options.frames}")
+    weights = weights_used or options.weights
+    if weights != defaults.weights:
+        parts.append(f"--weights {weights}")
     return " ".join([*parts, "--json"])
 
 
@@ -187,7 +198,8 @@ def _measured(cell: Cell, doc: ResultDocument, command: str) -> CellView:
 
 
 def build(cell: Cell) -> CellView:
-    command = analyze_command(cell.policy, cell.backend, cell.options)
+    used = cell.doc.weights.mode if cell.doc is not None and cell.doc.weights is not None else None
+    command = analyze_command(cell.policy, cell.backend, cell.options, used)
     if cell.doc is not None:
         return _measured(cell, cell.doc, command)
     cpu = cell.cpu

@@ -4,7 +4,9 @@ following the kind, never the text."""
 
 from __future__ import annotations
 
+import shlex
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -12,7 +14,8 @@ from coverfarm import tracker
 from coverfarm.baseline import BaselineResult
 from coverfarm.cell_build import Cell, CpuJobs, DeviceInput, DeviceJob, build
 from coverfarm.cell_view import Kind
-from coverfarm.result import Options, error_line
+from coverfarm.cli import analyze, build_parser
+from coverfarm.result import Options, ResultDocument, StageResult, StageStatus, WeightsInfo, error_line
 from dashboard.views import device_field
 from gpu_runner.result import DeviceResult, LatencyStats
 
@@ -113,3 +116,40 @@ def test_shares_under_one_percent_are_not_shown_as_zero() -> None:
         "0%", "<1%", "<1%", "<1%", "100%", "-",
     ]  # fmt: skip
     assert tracker.share_percent(None, missing="?") == "?"
+
+
+def parsed(command: str) -> Options:
+    """The options ``coverfarm analyze`` runs with for this command line (its own parser and checks)."""
+    args = build_parser().parse_args(shlex.split(command)[1:])
+    assert (args.func, args.json) == (analyze.run, True)
+    return analyze.options_of(args)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        Options(),
+        Options(timeout_s=60, lowering="stock", constant_prop=False, weights="real"),
+        Options(timeout_s=1234567.5, seed=7, frames=4, lowering="fast", weights="fake"),
+    ],
+)
+def test_the_repro_command_measures_the_cell_with_its_options(options: Options, tmp_path: Path) -> None:
+    options = (
+        options.model_copy(update={"checkpoint": str(tmp_path)}) if options.weights == "real" else options
+    )
+    view = build(Cell("act", "vulkan", options))
+    assert view.command.startswith("coverfarm analyze --policy act --backend vulkan ")
+    assert parsed(view.command) == options
+    assert {column.command for column in view.coverage} == {view.command}
+
+
+def test_the_repro_command_names_the_weights_the_result_was_measured_with() -> None:
+    # auto chose fake weights on a small worker: run elsewhere, the command must not let it choose again.
+    weights = WeightsInfo(mode="fake", requested="auto", reason="estimated peak over the worker")
+    ok = StageResult(status=StageStatus.OK)
+    doc = ResultDocument(
+        policy="groot", backend="vulkan", options=Options(timeout_s=60), trace=ok, weights=weights
+    )
+    view = build(Cell("groot", "vulkan", doc.options, doc))
+    assert "--weights fake" in view.command and "--lowering fast" in view.command
+    assert parsed(view.command) == Options(timeout_s=60, weights="fake")
