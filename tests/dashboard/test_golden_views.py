@@ -112,3 +112,9 @@ def test_cli_rows(farm: tuple[TestClient, Built]) -> None:
         for doc in built.documents
     ]
     check("cli-rows.md", "\n".join(rows))
+
+
+def test_index_page(farm: tuple[TestClient, Built]) -> None:
+    """The sweep list: each sweep's state and its cells counted per state in the database."""
+    client, _ = farm
+    check("index.html", get(client, "/"))
