@@ -63,22 +63,25 @@ def _coverage(cells: list[Cell], backend: str, views: Views) -> list[str]:
         "",
         f'  • "Ops on {title}": the graph ops that {partitioner} takes, out of all ops, over all programs '
         "of the policy. Ops are counted after to_edge (and constant propagation), so a linear layer "
-        "counts as a matmul and a transpose. ≤ means partitioning did not finish: the support check's "
+        f"counts as a matmul and a transpose. {tracker.BOUND} means partitioning did not finish: the "
+        "support check's "
         "count.",
         f'  • "Heavy math on {title}": the share of multiply-adds in matmuls, linear layers, convolutions '
         "and attention that the backend takes. A program counts as many times as one action chunk runs it.",
         f'  • "{title} programs": how many {title} partitions the policy is split into. Between 2 '
         'partitions, the data goes back to the CPU. "? (N groups)" means partitioning did not finish; N '
         "is the number of connected groups of ops the backend takes, not a bound on the programs.",
-        '  • "Exports to .pte": ✓ means to_edge_transform_and_lower(...).to_executorch() finished with '
-        "the default options. slow means it did not finish within the stage bound; a longer run is "
-        "queued. ❌ means it fails; the cause is below the table.",
+        f'  • "Exports to .pte": {tracker.DONE} means to_edge_transform_and_lower(...).to_executorch() '
+        f"finished with the default options. {tracker.SLOW} means it did not finish within the stage "
+        "bound; a longer run is "
+        f"queued. {tracker.FAILED} means it fails; the cause is below the table.",
     ]
     if classes:
         lines.append(
-            "  • Device columns: ✓ with the median milliseconds per action chunk (batch 1) and, in "
-            "brackets, the speed-up over eager PyTorch on the same host's CPU; ❌ with its cause; "
-            '"no device" when no runner of that class is enrolled.'
+            f"  • Device columns: {tracker.DONE} with the median milliseconds per action chunk (batch 1) "
+            "and, in brackets, the speed-up over eager PyTorch on the same host's CPU; "
+            f"{tracker.FAILED} with its cause; "
+            f'"{tracker.NO_DEVICE}" when no runner of that class is enrolled.'
         )
     if any(column.kind is Kind.UNSTABLE for view in rendered for column in view.devices.values()):
         lines.append(
