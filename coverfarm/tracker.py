@@ -60,20 +60,21 @@ def milliseconds(ms: float) -> str:
     return f"{ms:.3g} ms" if ms < 100 else f"{ms:.0f} ms"
 
 
-def ops_text(column: Column) -> str:
+def _share_text(column: Column, counts: bool) -> str:
     share = column.share
-    if column.kind in (Kind.VALUE, Kind.BOUNDED) and share is not None:
-        bound = f"{BOUND} " if column.kind is Kind.BOUNDED else ""
-        return f"{bound}{share.part} / {share.total} ({percent(share.part, share.total)})"
-    return _PLAIN[column.kind]
+    if column.kind not in (Kind.VALUE, Kind.BOUNDED) or share is None:
+        return _PLAIN[column.kind]
+    bound = f"{BOUND} " if column.kind is Kind.BOUNDED else ""
+    shown = percent(share.part, share.total)
+    return f"{bound}{share.part} / {share.total} ({shown})" if counts else f"{bound}{shown}"
+
+
+def ops_text(column: Column) -> str:
+    return _share_text(column, counts=True)
 
 
 def heavy_text(column: Column) -> str:
-    share = column.share
-    if column.kind in (Kind.VALUE, Kind.BOUNDED) and share is not None:
-        bound = f"{BOUND} " if column.kind is Kind.BOUNDED else ""
-        return f"{bound}{percent(share.part, share.total)}"
-    return _PLAIN[column.kind]
+    return _share_text(column, counts=False)
 
 
 def programs_text(column: Column) -> str:

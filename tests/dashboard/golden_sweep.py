@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -264,23 +265,28 @@ class Farm:
         """The job id of the xnnpack cell's bundle run (``run``) or eager baseline (``baseline``)."""
         return self.job(sweep, policy, "xnnpack", f"{kind}:{XNNPACK_CLASS}")
 
+    def report(
+        self, credential: dict[str, str], job_id: int, kind: str, document: Callable[[dict[str, Any]], Any]
+    ) -> None:
+        """Claim a device job and report what it measured (``kind``: result or baseline), as a runner does."""
+        claimed = self.claim(credential, job_id)
+        body = {"attempt": claimed["attempt"], kind: document(claimed)}
+        response = self.client.post(f"/api/device-jobs/{job_id}/{kind}", headers=credential, json=body)
+        assert response.status_code == 204, response.text
+
     def run(
         self, credential: dict[str, str], job_id: int, median_ms: float | None, error: str | None = None
     ) -> None:
-        claimed = self.claim(credential, job_id)
-        result = device_result(claimed["bundle_sha256"], median_ms, error)
-        body = {"attempt": claimed["attempt"], "result": result}
-        response = self.client.post(f"/api/device-jobs/{job_id}/result", headers=credential, json=body)
-        assert response.status_code == 204, response.text
+        self.report(
+            credential, job_id, "result", lambda c: device_result(c["bundle_sha256"], median_ms, error)
+        )
 
     def time_baseline(
         self, credential: dict[str, str], job_id: int, median_ms: float, status: str = "ok"
     ) -> None:
-        claimed = self.claim(credential, job_id)
-        baseline = baseline_document(claimed["policy"], median_ms, status)
-        body = {"attempt": claimed["attempt"], "baseline": baseline}
-        response = self.client.post(f"/api/device-jobs/{job_id}/baseline", headers=credential, json=body)
-        assert response.status_code == 204, response.text
+        self.report(
+            credential, job_id, "baseline", lambda c: baseline_document(c["policy"], median_ms, status)
+        )
 
     def fail_device_job(self, job_id: int, error: str) -> None:
         """A device job that ended failed without a run: its runner was lost on every attempt."""
