@@ -26,6 +26,20 @@ class StageStatus(StrEnum):
     NOT_RUN = "not_run"  # an earlier stage did not finish, so this one never started
 
 
+def error_line(text: str | None) -> str | None:
+    """The one line of an error text that says what went wrong (None for no text).
+
+    Python writes a traceback with the exception it reports last, so a traceback gives its last line.
+    Every other error text coverfarm stores or shows (an exception's message, a runner's or a baseline's
+    error, a command's error line, a reason) starts with its summary and puts detail under it, so it
+    gives its first line.
+    """
+    lines = (text or "").strip().splitlines()
+    if not lines:
+        return None
+    return lines[-1] if lines[0].startswith("Traceback") else lines[0]
+
+
 class ErrorInfo(BaseModel):
     """The cause of a failed or slow stage, as the row and the cell details show it."""
 
@@ -35,8 +49,8 @@ class ErrorInfo(BaseModel):
     traceback: str | None = None
 
     def one_line(self) -> str:
-        first = self.message.strip().splitlines()[0] if self.message.strip() else ""
-        return f"{self.type}: {first}" if first else self.type
+        line = error_line(self.message)
+        return f"{self.type}: {line}" if line else self.type
 
 
 class Options(BaseModel):
@@ -182,6 +196,13 @@ class ResultDocument(BaseModel):
     # reference, partition, export (a later phase of the same process includes the earlier ones).
     memory: dict[str, float] = Field(default_factory=dict)
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+
+    def cause(self) -> str | None:
+        """The one-line cause of the first stage that did not finish (the row's footnote)."""
+        for stage in (self.trace, self.partition, self.export):
+            if stage.error is not None:
+                return f"{stage.error.stage}: {stage.error.one_line()}"
+        return None
 
     @property
     def status(self) -> StageStatus:

@@ -18,10 +18,9 @@ from coverfarm import tracker
 from dashboard import views
 from dashboard.heatmap import heatmap
 from orchestrator.deps import SessionDep
-from orchestrator.devices.grid import device_cells
 from orchestrator.models import utcnow
 from orchestrator.reports import service as reports
-from orchestrator.sweeps import service
+from orchestrator.sweeps import cell_views, service
 
 HERE = Path(__file__).resolve().parent
 STATIC = {"grid.js": "text/javascript", "style.css": "text/css"}
@@ -37,8 +36,7 @@ _env.globals.update(
     share_colour=views.share_colour,
     compact=views.compact,
     duration=views.duration_text,
-    NO_DEVICE=views.NO_DEVICE,
-    percent=views.percent_of,
+    percent=tracker.share_percent,
 )
 templates = Jinja2Templates(env=_env)
 
@@ -52,7 +50,7 @@ def _macros() -> Any:
 def _grid_context(session: SessionDep, sweep_id: int) -> dict[str, Any]:
     stored = service.get(session, sweep_id)
     sweep = service.sweep_view(stored)
-    grid = views.grid(sweep, device_cells(session, stored))
+    grid = views.grid(sweep, cell_views.sweep_views(session, stored))
     return {"sweep": sweep, "grid": grid, "heatmap": heatmap(grid), "progress": views.progress(sweep)}
 
 
@@ -125,7 +123,8 @@ def cell_details(
     session: SessionDep,
     partial: Annotated[bool, Query(description="only the details, for the grid's panel")] = False,
 ) -> HTMLResponse:
-    details = views.details(service.cell_view(service.get_cell(session, cell_id)))
+    stored = service.get_cell(session, cell_id)
+    details = views.details(service.cell_view(stored), cell_views.view_of(stored))
     page = "details.html" if partial else "cell.html"
     return templates.TemplateResponse(request, page, {"d": details, "now": utcnow()})
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from coverfarm import tracker
+from coverfarm.cell_view import Kind
 from dashboard.views import Grid, share_colour
 
 ROW_H = 18
@@ -60,7 +61,7 @@ def heatmap(grid: Grid) -> Heatmap:
                 fill = share_colour(cell.heavy_share)
             elif cell.pending:
                 fill = PENDING_FILL
-            elif tracker.FAILED in cell.heavy_text:
+            elif cell.heavy_kind is Kind.FAILED:
                 fill = FAILED_FILL
             else:
                 fill = MUTED_FILL

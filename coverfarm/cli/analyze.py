@@ -12,6 +12,8 @@ from coverfarm import catalog, tracker
 from coverfarm.errors import UserError
 from coverfarm.result import Options
 
+DEFAULTS = Options()  # the CLI's defaults are the options' own: a repro command leaves them out
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
@@ -28,11 +30,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--backend", required=True, help="vulkan or xnnpack")
     parser.add_argument("--json", action="store_true", help="print the whole result document as JSON")
-    parser.add_argument("--timeout", type=float, default=900.0, help="bound of each stage, seconds (900)")
-    parser.add_argument("--out", type=Path, default=Path("out"), help="where programs and bundles go (./out)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random weights (0)")
     parser.add_argument(
-        "--frames", type=int, default=16, help="eager reference frames for the device check, 1-16 (16)"
+        "--timeout",
+        type=float,
+        default=DEFAULTS.timeout_s,
+        help=f"bound of each stage, seconds ({DEFAULTS.timeout_s:g})",
+    )
+    parser.add_argument("--out", type=Path, default=Path("out"), help="where programs and bundles go (./out)")
+    parser.add_argument(
+        "--seed", type=int, default=DEFAULTS.seed, help=f"seed of the random weights ({DEFAULTS.seed})"
+    )
+    parser.add_argument(
+        "--frames",
+        type=int,
+        default=DEFAULTS.frames,
+        help=f"eager reference frames for the device check, 1-16 ({DEFAULTS.frames})",
     )
     parser.add_argument(
         "--checkpoint", type=Path, help="a local checkpoint directory instead of random weights"
@@ -46,24 +58,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--lowering",
         choices=["stock", "fast"],
-        default="fast",
-        help="capability partitioner: torch.fx stock, or the exact fast one with identical partitions (fast)",
+        default=DEFAULTS.lowering,
+        help="capability partitioner: torch.fx stock, or the exact fast one with identical partitions "
+        f"({DEFAULTS.lowering})",
     )
     parser.add_argument(
         "--weights",
         choices=["auto", "real", "fake"],
-        default="auto",
+        default=DEFAULTS.weights,
         help="real: seeded or checkpoint weights; fake: fake tensors, coverage columns only (no export); "
         "auto: fake when the real-weight peak is estimated over this worker's memory "
-        "(COVERFARM_WORKER_MEMORY_GB, default MemTotal) (auto)",
+        f"(COVERFARM_WORKER_MEMORY_GB, default MemTotal) ({DEFAULTS.weights})",
     )
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    for problem in (catalog.check_policy(args.policy), catalog.check_backend(args.backend)):
-        if problem:
-            raise UserError(problem)
+def options_of(args: argparse.Namespace) -> Options:
+    """The options the command line asks for; a bad one is a UserError naming it."""
     if args.timeout <= 0:
         raise UserError(f"--timeout must be a positive number of seconds, got {args.timeout:g}")
     if args.checkpoint is not None and not args.checkpoint.is_dir():
@@ -71,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     if args.weights == "fake" and args.checkpoint is not None:
         raise UserError("--weights fake builds the policy without weights: it cannot use --checkpoint")
     try:
-        options = Options(
+        return Options(
             timeout_s=args.timeout,
             seed=args.seed,
             frames=args.frames,
@@ -85,6 +96,13 @@ def run(args: argparse.Namespace) -> int:
         option = "--" + "-".join(str(part) for part in first["loc"]).replace("_", "-")
         raise UserError(f"{option}: {first['msg']}") from None
 
+
+def run(args: argparse.Namespace) -> int:
+    for problem in (catalog.check_policy(args.policy), catalog.check_backend(args.backend)):
+        if problem:
+            raise UserError(problem)
+    options = options_of(args)
+
     from worker.engine import analyze  # imports torch: only once the arguments are known to be good
 
     doc = analyze(
@@ -97,8 +115,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(doc.model_dump_json(indent=2))
     else:
-        print(tracker.markdown_table(tracker.columns(doc.backend), [tracker.row(doc)]))
-        cause = tracker.cause_line(doc)
-        if cause:
-            print(f"\n{cause}")
+        print(tracker.analyze_output(doc))
     return 0

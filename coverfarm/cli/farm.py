@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from coverfarm import tracker
 from coverfarm.cli import offline
 from coverfarm.errors import UserError
 from coverfarm.processes import stop_group
@@ -270,7 +271,7 @@ def run_status(args: argparse.Namespace) -> int:
     print(f"sweep {sweep['id']}: {sweep['state']} {json.dumps(sweep['counts'])}")
     for cell in sweep["cells"]:
         job = cell["jobs"][-1] if cell["jobs"] else {}
-        marker = " ⏳" if cell["pending"] else ""
+        marker = f" {tracker.PENDING}" if cell["pending"] else ""
         reason = f"  ({job.get('status_reason')})" if job.get("status_reason") else ""
         print(f"  {cell['policy']:<16} {cell['backend']:<10} {cell['state']}{marker}{reason}")
     return 0

@@ -20,6 +20,7 @@ from typing import Any
 from coverfarm.cli import offline
 from coverfarm.cli.farm import DEFAULT_URL, _request, _token
 from coverfarm.errors import UserError
+from coverfarm.result import error_line
 from coverfarm.settings import Settings, get_settings
 
 CLI = "import sys; from coverfarm.cli import main; sys.exit(main())"
@@ -192,7 +193,7 @@ def start_local_runner(
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     if enrolled.returncode != 0:
-        reason = enrolled.stderr.strip().splitlines()[-1] if enrolled.stderr.strip() else "unknown"
+        reason = error_line(enrolled.stderr) or "unknown"
         print(f"coverfarm: no local device runner ({reason})", file=sys.stderr)
         return None, []
     from gpu_runner.config import load

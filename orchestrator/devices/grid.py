@@ -1,79 +1,76 @@
-"""The device columns of a sweep, as the tracker writes them: ``device_cells(session, sweep)``.
-
-Per (policy, backend) and per device class of the sweep: "✓ 12.3 ms" (the median per action chunk, with
-"(4.1×)" once the eager-PyTorch baseline timed on that class's host CPU is stored, its median over the
-device's, and "(baseline ⏳)" while that baseline job is still to run), "❌ cause", "⏳" while the bundle or
-its run is on the way, "no device" when no runner of that class is enrolled, "-" where the class does not
-run the cell's backend or the cell has no bundle to run.
+"""The device side of a sweep's cells, typed, for their views (``coverfarm.cell_build.DeviceInput``): per
+cell and device class of the sweep, its run and its eager baseline (their validated documents), its
+device jobs, and whether a runner serves the class. ``device_cells`` gives the device columns' texts.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sqlalchemy.orm import Session
 
-from coverfarm import device_classes
+from coverfarm import tracker
+from coverfarm.baseline import BaselineResult
+from coverfarm.cell_build import Cell as CellInput
+from coverfarm.cell_build import DeviceInput, DeviceJob, device_columns
+from coverfarm.result import Options
+from gpu_runner.result import DeviceResult
 from orchestrator.devices import repository
-from orchestrator.jobs.service import baseline_stage, device_class_of, device_stage
-from orchestrator.models import PENDING_STATUSES, Cell, DeviceBaseline, DeviceRun, JobStatus, Sweep
-
-DONE = "✓"
-FAILED = "❌"
-PENDING = "⏳"
-NO_DEVICE = "no device"
-NOT_APPLICABLE = "-"
+from orchestrator.jobs.service import baseline_stage, cause, device_stage
+from orchestrator.models import PENDING_STATUSES, Cell, Job, Sweep
+from orchestrator.sweeps.service import cpu_jobs
 
 
-def run_text(run: DeviceRun, baseline: DeviceBaseline | None = None, baseline_waits: bool = False) -> str:
-    if run.status == "ok":
-        if run.median_ms is None:
-            return DONE
-        text = f"{DONE} {run.median_ms:.3g} ms" if run.median_ms < 100 else f"{DONE} {run.median_ms:.0f} ms"
-        if baseline is not None and baseline.status == "ok" and baseline.median_ms and run.median_ms > 0:
-            text += f" ({baseline.median_ms / run.median_ms:.1f}×)"
-        elif baseline is None and baseline_waits:
-            text += f" (baseline {PENDING})"
-        return text
-    cause = (run.error or "failed").strip().splitlines()[0]
-    return f"{FAILED} {cause}"
+def _job(cell: Cell, stage: str) -> Job | None:
+    return next((job for job in cell.jobs if job.stage == stage), None)
 
 
-def _cell_text(
-    cell: Cell, device_class: str, run: DeviceRun | None, baseline: DeviceBaseline | None, enrolled: set[str]
-) -> str:
-    if device_classes.backend_of(device_class) != cell.backend:
-        return NOT_APPLICABLE
-    if run is not None:
-        timer = next((job for job in cell.jobs if job.stage == baseline_stage(device_class)), None)
-        return run_text(run, baseline, timer is not None and timer.status in PENDING_STATUSES)
-    device_job = next((job for job in cell.jobs if job.stage == device_stage(device_class)), None)
-    cpu_jobs = [job for job in cell.jobs if device_class_of(job) is None]
-    if device_job is None and (not cpu_jobs or cpu_jobs[-1].status in PENDING_STATUSES):
-        device_waits = True  # the bundle is still being made
-    elif device_job is None:
-        return NOT_APPLICABLE  # no bundle: nothing to run
-    elif device_job.status in PENDING_STATUSES:
-        device_waits = True
-    elif device_job.status is JobStatus.CANCELLED:
-        return NOT_APPLICABLE
-    else:
-        cause = (device_job.error or device_job.status_reason or "failed").strip().splitlines()[-1]
-        return f"{FAILED} {cause}"
-    return PENDING if device_waits and device_class in enrolled else NO_DEVICE
+Key = tuple[int, str]  # (cell id, device class)
+
+
+def runs(session: Session, cells: Sequence[Cell]) -> dict[Key, DeviceResult]:
+    """The stored device run of each (cell, class), as its validated document, in the query's order."""
+    rows = repository.runs_of_cells(session, [cell.id for cell in cells])
+    return {(row.cell_id, row.device_class): DeviceResult.model_validate(row.document) for row in rows}
+
+
+def baselines(session: Session, cells: Sequence[Cell]) -> dict[Key, BaselineResult]:
+    """The stored eager baseline of each (cell, class), as its validated document."""
+    rows = repository.baselines_of_cells(session, [cell.id for cell in cells])
+    return {(row.cell_id, row.device_class): BaselineResult.model_validate(row.document) for row in rows}
+
+
+def device_inputs(
+    session: Session, cells: Sequence[Cell], classes: Sequence[str]
+) -> dict[int, list[DeviceInput]]:
+    """Cell id -> one input per device class in ``classes`` (the sweep's), in that order."""
+    stored_runs, stored_baselines = runs(session, cells), baselines(session, cells)
+    enrolled = repository.enrolled_classes(session)
+    inputs: dict[int, list[DeviceInput]] = {}
+    for cell in cells:
+        inputs[cell.id] = []
+        for name in classes:
+            timer, runner = _job(cell, baseline_stage(name)), _job(cell, device_stage(name))
+            inputs[cell.id].append(
+                DeviceInput(
+                    device_class=name,
+                    run=stored_runs.get((cell.id, name)),
+                    baseline=stored_baselines.get((cell.id, name)),
+                    baseline_waits=timer is not None and timer.status in PENDING_STATUSES,
+                    job=DeviceJob(runner.status.value, cause(runner)) if runner is not None else None,
+                    enrolled=name in enrolled,
+                )
+            )
+    return inputs
 
 
 def device_cells(session: Session, sweep: Sweep) -> dict[tuple[str, str], dict[str, str]]:
     """(policy, backend) → {device class: the tracker's device cell text}, for the sweep's classes."""
-    runs = {
-        (run.cell_id, run.device_class): run
-        for run in repository.runs_of_cells(session, [c.id for c in sweep.cells])
-    }
-    cell_ids = [c.id for c in sweep.cells]
-    baselines = {(b.cell_id, b.device_class): b for b in repository.baselines_of_cells(session, cell_ids)}
-    enrolled = repository.enrolled_classes(session)
-    return {
-        (cell.policy, cell.backend): {
-            name: _cell_text(cell, name, runs.get((cell.id, name)), baselines.get((cell.id, name)), enrolled)
-            for name in sweep.device_classes
+    inputs = device_inputs(session, sweep.cells, sweep.device_classes)
+    texts = {}
+    for cell in sweep.cells:
+        typed = CellInput(cell.policy, cell.backend, Options(), cpu=cpu_jobs(cell), devices=inputs[cell.id])
+        texts[(cell.policy, cell.backend)] = {
+            name: tracker.device_text(column) for name, column in device_columns(typed).items()
         }
-        for cell in sweep.cells
-    }
+    return texts

@@ -10,6 +10,7 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from gpu_runner.result import ProbeReport
 from orchestrator.models import (
     Cell,
     CellDeviceRow,
@@ -64,12 +65,12 @@ def baseline_classes(session: Session) -> set[str]:
     baselines (its probe found torch and lerobot installed). An offline runner is not counted: a baseline
     job nobody is there to take would keep its sweep running, while the cell has its milliseconds."""
     rows = session.execute(select(Runner.device_classes, Runner.probe).where(Runner.state.in_(LIVE)))
-    return {
-        name
-        for classes, probe in rows
-        if ((probe or {}).get("baseline") or {}).get("status") == "ok"
-        for name in classes
-    }
+    return {name for classes, probe in rows if _times_baselines(probe) for name in classes}
+
+
+def _times_baselines(probe: dict[str, Any]) -> bool:
+    baseline = ProbeReport.model_validate(probe).baseline
+    return baseline is not None and baseline.status == "ok"
 
 
 def _upsert(session: Session, table: type[CellDeviceRow], values: dict[str, Any]) -> None:

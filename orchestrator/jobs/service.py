@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from coverfarm import device_classes
 from coverfarm.queues import QUEUE_LOWER_LONG, DeviceMessage, LowerMessage, baseline_queue, device_queue
-from coverfarm.result import Options, ResultDocument, StageStatus
+from coverfarm.result import Options, ResultDocument, StageStatus, error_line
 from coverfarm.settings import Settings
 from orchestrator.artifacts import repository as artifacts
 from orchestrator.db import Outgoing, enqueue_after_commit
@@ -74,6 +74,11 @@ def device_class_of(job: Job) -> str | None:
         if job.stage.startswith(prefix):
             return job.stage.removeprefix(prefix)
     return None
+
+
+def cause(job: Job) -> str | None:
+    """Why the job ended as it did, in one line: its error's line (``error_line``), else its reason."""
+    return error_line(job.error) or job.status_reason
 
 
 def is_baseline(job: Job) -> bool:
@@ -221,8 +226,8 @@ def fail(session: Session, job_id: int, attempt: int, error: str) -> None:
         return
     job.error = error
     _close_attempt(session, job, JobStatus.FAILED.value, error)
-    first_line = error.strip().splitlines()[-1] if error.strip() else "engine failed"
-    transition(session, job, JobStatus.FAILED, f"attempt {attempt} raised: {first_line}")
+    line = error_line(error) or "engine failed"
+    transition(session, job, JobStatus.FAILED, f"attempt {attempt} raised: {line}")
 
 
 def _lose_attempt(session: Session, job: Job, reason: str, settings: Settings) -> bool:

@@ -9,9 +9,9 @@ from coverfarm import tracker
 from coverfarm.result import ResultDocument
 from orchestrator.models import Cell, Sweep
 from orchestrator.reports.devices import Samples
-from orchestrator.reports.documents import latest_document
 from orchestrator.reports.latency import latency_change
 from orchestrator.reports.schemas import CellChange, GroupKey, SweepDiff
+from orchestrator.sweeps.cell_views import latest_document
 from orchestrator.sweeps.service import cell_state
 
 

@@ -1,16 +1,10 @@
-"""The result document a cell's reports read: its latest stored one."""
+"""The result documents a sweep's reports read: each cell's latest stored one."""
 
 from __future__ import annotations
 
 from coverfarm.result import ResultDocument
-from orchestrator.models import Cell, Sweep
-
-
-def latest_document(cell: Cell) -> ResultDocument | None:
-    for job in reversed(cell.jobs):
-        if job.result is not None:
-            return ResultDocument.model_validate(job.result.document)
-    return None
+from orchestrator.models import Sweep
+from orchestrator.sweeps.cell_views import latest_document
 
 
 def sweep_documents(sweep: Sweep, backend: str | None = None) -> list[ResultDocument]:

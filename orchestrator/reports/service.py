@@ -6,68 +6,52 @@ estimates and the verified repros. Rendered with coverfarm.tracker's own cell fo
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
 
 from sqlalchemy.orm import Session
 
-from coverfarm.result import ResultDocument
-from coverfarm.tracker import FAILED, PENDING, backend_title, cause_line, columns, markdown_table, row
+from coverfarm import tracker
+from coverfarm.cell_view import CellView, Kind
+from coverfarm.result import Options, ResultDocument
+from coverfarm.tracker import PENDING, backend_title, columns, markdown_table
 from orchestrator.errors import Invalid
-from orchestrator.models import Cell, JobStatus, Sweep
+from orchestrator.models import Cell, Sweep
 from orchestrator.reports.blockers import NO_REPRO, READY, blocker_groups, blockers_report, reason_what_ifs
-from orchestrator.reports.devices import DeviceColumns, device_columns, device_runtimes, device_samples
+from orchestrator.reports.devices import device_runtimes, device_samples
 from orchestrator.reports.diff import diff_markdown, diff_sweeps
-from orchestrator.reports.documents import latest_document, sweep_documents
+from orchestrator.reports.documents import sweep_documents
 from orchestrator.reports.schemas import BlockerGroup, BlockersReport, ReasonWhatIf, SweepDiff
-from orchestrator.sweeps.service import cell_state
+from orchestrator.sweeps.cell_views import plain_views, sweep_views
 
-NOT_RUN = "-"
-EXPORT_COLUMN = 4
 OUTPUT_LINES = 30  # of a repro's output, in the report (the API has all of it)
 PARTITIONERS = {"vulkan": "VulkanPartitioner()", "xnnpack": "XnnpackPartitioner()"}
-
-
-def _cell_row(cell: Cell) -> tuple[list[str], str | None]:
-    """The table row of one cell and its one-line cause (None when there is nothing to explain)."""
-    state, pending = cell_state(cell)
-    doc = latest_document(cell)
-    if doc is not None:
-        cells = row(doc)
-        if pending:
-            # A slow result whose longer re-run is queued or running: its numbers stand, its export waits.
-            cells[EXPORT_COLUMN] = f"{cells[EXPORT_COLUMN]} {PENDING}"
-        return cells, cause_line(doc)
-    width = len(columns(cell.backend)) - 1
-    if pending:
-        return [cell.policy, *[PENDING] * width], None
-    if state is JobStatus.CANCELLED:
-        return [cell.policy, *[NOT_RUN] * width], "cancelled"
-    error = cell.jobs[-1].error if cell.jobs else None
-    cause = error.strip().splitlines()[-1] if error and error.strip() else cell.jobs[-1].status_reason
-    return [cell.policy, *[FAILED] * width], cause
+Views = dict[int, CellView]  # cell id -> its view
 
 
 def _percent(share: float | None) -> str:
-    if share is None:
-        return "?"
-    text = f"{round(100 * share)}%"
-    return "<1%" if text == "0%" and share > 0 else text
+    return tracker.share_percent(share, missing="?")
 
 
-def _coverage(cells: list[Cell], backend: str, devices: DeviceColumns | None) -> list[str]:
-    rendered = [_cell_row(cell) for cell in cells]
+def _coverage(cells: list[Cell], backend: str, views: Views) -> list[str]:
+    rendered = [views[cell.id] for cell in cells]
     header = columns(backend)
-    classes: list[str] = []
-    if devices:
-        seen = [devices.get((cell.policy, backend), {}) for cell in cells]
-        names = dict.fromkeys(name for texts in seen for name in texts)
-        classes = [name for name in names if any(texts.get(name, NOT_RUN) != NOT_RUN for texts in seen)]
+    names = dict.fromkeys(name for view in rendered for name in view.devices)
+    # A device class whose every cell here is "-" (it runs another backend) gets no column.
+    classes = [
+        name
+        for name in names
+        if any(
+            name in view.devices and view.devices[name].kind is not Kind.NOT_APPLICABLE for view in rendered
+        )
+    ]
     rows = []
-    for cell, (cells_, _) in zip(cells, rendered, strict=True):
-        texts = (devices or {}).get((cell.policy, backend), {})
-        rows.append([*cells_, *(texts.get(name, NOT_RUN) for name in classes)])
+    for view in rendered:
+        devices = [
+            tracker.device_text(view.devices[name]) if name in view.devices else tracker.NOT_APPLICABLE
+            for name in classes
+        ]
+        rows.append([*tracker.view_row(view), *devices])
     lines = ["### Coverage", "", markdown_table([*header, *classes], rows)]
-    causes = [(cell.policy, cause) for cell, (_, cause) in zip(cells, rendered, strict=True) if cause]
+    causes = [(view.policy, view.cause) for view in rendered if view.cause]
     if causes:
         lines += ["", "Causes:", ""]
         lines += [f"- {policy}: {cause}" for policy, cause in causes]
@@ -79,22 +63,30 @@ def _coverage(cells: list[Cell], backend: str, devices: DeviceColumns | None) ->
         "",
         f'  • "Ops on {title}": the graph ops that {partitioner} takes, out of all ops, over all programs '
         "of the policy. Ops are counted after to_edge (and constant propagation), so a linear layer "
-        "counts as a matmul and a transpose. ≤ means partitioning did not finish: the support check's "
+        f"counts as a matmul and a transpose. {tracker.BOUND} means partitioning did not finish: the "
+        "support check's "
         "count.",
         f'  • "Heavy math on {title}": the share of multiply-adds in matmuls, linear layers, convolutions '
         "and attention that the backend takes. A program counts as many times as one action chunk runs it.",
         f'  • "{title} programs": how many {title} partitions the policy is split into. Between 2 '
         'partitions, the data goes back to the CPU. "? (N groups)" means partitioning did not finish; N '
         "is the number of connected groups of ops the backend takes, not a bound on the programs.",
-        '  • "Exports to .pte": ✓ means to_edge_transform_and_lower(...).to_executorch() finished with '
-        "the default options. slow means it did not finish within the stage bound; a longer run is "
-        "queued. ❌ means it fails; the cause is below the table.",
+        f'  • "Exports to .pte": {tracker.DONE} means to_edge_transform_and_lower(...).to_executorch() '
+        f"finished with the default options. {tracker.SLOW} means it did not finish within the stage "
+        "bound; a longer run is "
+        f"queued. {tracker.FAILED} means it fails; the cause is below the table.",
     ]
     if classes:
         lines.append(
-            "  • Device columns: ✓ with the median milliseconds per action chunk (batch 1) and, in "
-            "brackets, the speed-up over eager PyTorch on the same host's CPU; ❌ with its cause; "
-            '"no device" when no runner of that class is enrolled.'
+            f"  • Device columns: {tracker.DONE} with the median milliseconds per action chunk (batch 1) "
+            "and, in brackets, the speed-up over eager PyTorch on the same host's CPU; "
+            f"{tracker.FAILED} with its cause; "
+            f'"{tracker.NO_DEVICE}" when no runner of that class is enrolled.'
+        )
+    if any(column.kind is Kind.UNSTABLE for view in rendered for column in view.devices.values()):
+        lines.append(
+            f"  • {tracker.ABOUT} before the milliseconds: that run's samples are not stable (their spread "
+            "is over the runner's bound), so it gets no speed-up."
         )
     lines.append(f"  • {PENDING}: this cell is being measured (running or queued).")
     return lines
@@ -248,14 +240,12 @@ def _known_issues(groups: list[BlockerGroup], reasons: list[ReasonWhatIf], backe
     return lines
 
 
-def backend_body(
-    sweep: Sweep, backend: str, devices: DeviceColumns | None = None, runtimes: list[str] | None = None
-) -> list[str]:
+def backend_body(sweep: Sweep, backend: str, views: Views, runtimes: list[str] | None = None) -> list[str]:
     cells = sorted((cell for cell in sweep.cells if cell.backend == backend), key=lambda cell: cell.policy)
     docs = sweep_documents(sweep, backend)
     title = backend_title(backend)
     lines = [f"## {title}: how much of each LeRobot policy {title} takes, and what blocks the rest", ""]
-    lines += _coverage(cells, backend, devices)
+    lines += _coverage(cells, backend, views)
     lines += ["", *_notes(sweep, docs), "", *_built_on(docs, runtimes or []), ""]
     lines += _known_issues(blocker_groups(docs), reason_what_ifs(docs), backend)
     return lines
@@ -264,21 +254,23 @@ def backend_body(
 def report_markdown(
     sweep: Sweep,
     backend: str | None = None,
-    devices: DeviceColumns | None = None,
+    views: Views | None = None,
     runtimes: dict[str, list[str]] | None = None,
 ) -> str:
-    """The whole tracker body of each backend of the sweep (or of ``backend`` alone); ``devices`` and
-    ``runtimes`` (per backend) come from the device side when it has results."""
+    """The whole tracker body of each backend of the sweep (or of ``backend`` alone). ``views``: the
+    cells' views with their device columns (without: none); ``runtimes`` per backend, from the device
+    side when it has results."""
     backends = [backend] if backend is not None else list(dict.fromkeys(cell.backend for cell in sweep.cells))
-    first: dict[str, Any] = sweep.cells[0].options if sweep.cells else {}
+    seed = Options.model_validate(sweep.cells[0].options).seed if sweep.cells else Options().seed
     lines = [
         f"# Sweep {sweep.id}",
         "",
         f"Options: constant propagation {'on' if sweep.constant_prop else 'off'}, "
-        f"lowering {sweep.lowering}, stage bound {sweep.timeout_s:g} s (seed {first.get('seed', 0)}).",
+        f"lowering {sweep.lowering}, stage bound {sweep.timeout_s:g} s (seed {seed}).",
     ]
+    views = plain_views(sweep) if views is None else views
     for name in backends:
-        lines += ["", *backend_body(sweep, name, devices, (runtimes or {}).get(name))]
+        lines += ["", *backend_body(sweep, name, views, (runtimes or {}).get(name))]
     lines.append("")
     return "\n".join(lines)
 
@@ -304,7 +296,7 @@ def report(session: Session, sweep: Sweep, backend: str | None = None) -> str:
     check_backend(sweep, backend)
     backends = [backend] if backend else list(dict.fromkeys(cell.backend for cell in sweep.cells))
     runtimes = {name: device_runtimes(session, sweep, name) for name in backends}
-    return report_markdown(sweep, backend, device_columns(session, sweep), runtimes)
+    return report_markdown(sweep, backend, sweep_views(session, sweep), runtimes)
 
 
 def blockers(sweep: Sweep, backend: str | None = None) -> BlockersReport:

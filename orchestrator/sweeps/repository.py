@@ -9,6 +9,7 @@ from sqlalchemy import case, func, or_, select
 from sqlalchemy.orm import Session, selectinload
 
 from orchestrator.models import DEVICE_STAGE_PREFIXES, PENDING_STATUSES, Cell, Job, JobStatus, Sweep
+from orchestrator.sweeps.state import cell_state_sql
 
 _CELL_TREE = selectinload(Cell.jobs).selectinload(Job.result)
 
@@ -40,11 +41,8 @@ def count_sweeps(session: Session) -> int:
 
 
 def tally(session: Session, sweep_ids: Sequence[int]) -> dict[int, SweepTally]:
-    """Per sweep: cells per state and the policies and backends in cell order, counted in the database.
-
-    A cell's state is its latest job's status, except that a pending re-run of a slow job keeps
-    "slow" (the same rule as ``sweeps.service.cell_state``, which works on loaded cells).
-    """
+    """Per sweep: cells per state and the policies and backends in cell order, counted in the database
+    with ``sweeps.state.cell_state_sql``, the state rule the loaded cells' views use."""
     tallies = {sweep_id: SweepTally() for sweep_id in sweep_ids}
     if not sweep_ids:
         return tallies
@@ -63,13 +61,16 @@ def tally(session: Session, sweep_ids: Sequence[int]) -> dict[int, SweepTally]:
         .subquery()
     )
     latest = Job.__table__.alias("latest_job")
-    status = func.coalesce(latest.c.status, JobStatus.QUEUED.value)
-    pending = status.in_([s.value for s in PENDING_STATUSES])
-    state = case((pending & (per_cell.c.any_slow == 1), JobStatus.SLOW.value), else_=status)
-    rows = session.execute(
-        select(per_cell.c.sweep_id, state, pending, func.count())
+    state, pending = cell_state_sql(latest.c.status, per_cell.c.any_slow)
+    states = (
+        select(per_cell.c.sweep_id, state.label("state"), pending.label("pending"))
         .select_from(per_cell.outerjoin(latest, latest.c.id == per_cell.c.latest))
-        .group_by(per_cell.c.sweep_id, state, pending)
+        .subquery()
+    )
+    rows = session.execute(
+        select(states.c.sweep_id, states.c.state, states.c.pending, func.count()).group_by(
+            states.c.sweep_id, states.c.state, states.c.pending
+        )
     ).all()
     for sweep_id, cell_state, is_pending, count in rows:
         entry = tallies[sweep_id]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from coverfarm.result import Options, ResultDocument
 from orchestrator.models import JobStatus
 
 
@@ -74,7 +75,7 @@ class ResultPublic(BaseModel):
     macs_total: int | None
     macs_on_backend: int | None
     programs: int | None
-    document: dict[str, Any]
+    document: ResultDocument
 
 
 class CellPublic(BaseModel):
@@ -82,7 +83,7 @@ class CellPublic(BaseModel):
     sweep_id: int
     policy: str
     backend: str
-    options: dict[str, Any]
+    options: Options
     # The latest job's status, except "slow" while the slow result's longer re-run is pending.
     state: JobStatus
     pending: bool  # queued or running: the grid and report show ⏳

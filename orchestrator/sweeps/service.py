@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from coverfarm import device_classes
+from coverfarm.cell_build import CpuJobs
 from coverfarm.queues import QUEUE_LOWER
 from coverfarm.result import Options
 from coverfarm.settings import Settings
@@ -17,6 +18,7 @@ from orchestrator.jobs import service as jobs
 from orchestrator.jobs.repository import pending_of_sweep
 from orchestrator.models import DEVICE_STAGE_PREFIXES, PENDING_STATUSES, Cell, JobStatus, Sweep, utcnow
 from orchestrator.sweeps import repository
+from orchestrator.sweeps import state as derived
 from orchestrator.sweeps.schemas import (
     CellPublic,
     JobPublic,
@@ -123,18 +125,27 @@ def get_cell(session: Session, cell_id: int) -> Cell:
 
 
 def cell_state(cell: Cell) -> tuple[JobStatus, bool]:
-    """(state, pending) of a cell from its CPU jobs (the latest decides; a pending re-run keeps "slow").
+    """(state, pending) of a loaded cell: ``sweeps.state.cell_state`` over its CPU jobs (device jobs
+    have their own columns and do not change the cell's state)."""
+    cpu = [job for job in cell.jobs if jobs.device_class_of(job) is None]
+    return derived.cell_state(
+        cpu[-1].status if cpu else None, any(job.status is JobStatus.SLOW for job in cpu)
+    )
 
-    Device jobs have their own columns (orchestrator.devices.grid) and do not change the cell's state.
-    """
-    cpu_jobs = [job for job in cell.jobs if jobs.device_class_of(job) is None]
-    if not cpu_jobs:
-        return JobStatus.QUEUED, True
-    latest = cpu_jobs[-1]
-    pending = latest.status in PENDING_STATUSES
-    if pending and any(job.status is JobStatus.SLOW for job in cpu_jobs[:-1]):
-        return JobStatus.SLOW, True
-    return latest.status, pending
+
+def cpu_jobs(cell: Cell) -> CpuJobs:
+    """What the cell's CPU jobs say, for its view: the state rule's answer, and its latest job."""
+    state, pending = cell_state(cell)
+    cpu = [job for job in cell.jobs if jobs.device_class_of(job) is None]
+    latest = cpu[-1] if cpu else None
+    running = latest is not None and latest.status is JobStatus.RUNNING
+    return CpuJobs(
+        pending=pending,
+        cancelled=state is JobStatus.CANCELLED,
+        running=running,
+        since=latest.started_at if latest is not None and running else None,
+        cause=jobs.cause(latest) if latest is not None else None,
+    )
 
 
 def cell_view(cell: Cell) -> CellPublic:
@@ -161,10 +172,7 @@ def _summary_fields(sweep: Sweep, cells: list[CellPublic]) -> dict[str, Any]:
         for job in cell.jobs
         if job.stage.startswith(DEVICE_STAGE_PREFIXES)
     )
-    if sweep.cancelled_at is not None:
-        state = "cancelled"
-    else:
-        state = "running" if device_pending or any(cell.pending for cell in cells) else "done"
+    pending = device_pending or any(cell.pending for cell in cells)
     return {
         "id": sweep.id,
         "created_at": sweep.created_at,
@@ -173,14 +181,14 @@ def _summary_fields(sweep: Sweep, cells: list[CellPublic]) -> dict[str, Any]:
                 "constant_prop": sweep.constant_prop,
                 "lowering": sweep.lowering,
                 # weights has no sweep column: every cell of a sweep records the same one
-                "weights": cells[0].options.get("weights", "auto") if cells else "auto",
+                "weights": cells[0].options.weights if cells else Options().weights,
             }
         ),
         "timeout_s": sweep.timeout_s,
         "policies": list(dict.fromkeys(cell.policy for cell in cells)),
         "backends": list(dict.fromkeys(cell.backend for cell in cells)),
         "device_classes": list(sweep.device_classes),
-        "state": state,
+        "state": derived.sweep_state(sweep.cancelled_at is not None, pending),
         "counts": dict(sorted(counts.items())),
         "cancelled_at": sweep.cancelled_at,
     }
@@ -211,7 +219,6 @@ def count(session: Session) -> int:
 
 
 def _light_summary(sweep: Sweep, tally: repository.SweepTally) -> SweepSummary:
-    state = "cancelled" if sweep.cancelled_at is not None else "running" if tally.pending else "done"
     return SweepSummary(
         id=sweep.id,
         created_at=sweep.created_at,
@@ -222,7 +229,7 @@ def _light_summary(sweep: Sweep, tally: repository.SweepTally) -> SweepSummary:
         policies=tally.policies,
         backends=tally.backends,
         device_classes=list(sweep.device_classes),
-        state=state,
+        state=derived.sweep_state(sweep.cancelled_at is not None, tally.pending > 0),
         counts=dict(sorted(tally.counts.items())),
         cancelled_at=sweep.cancelled_at,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import stat
 import time
@@ -47,6 +48,12 @@ def cells_text(sessions: sessionmaker[Session], sweep_id: int) -> dict[tuple[str
         return device_cells(session, sweep)
 
 
+def timed(text: str) -> bool:
+    """A run that passed with its median: "✓ 2.5 ms", or "~2.5 ms" when its samples were not stable
+    (these tiny bundles on a shared host often are not)."""
+    return re.fullmatch(r"(✓ |~)[0-9.]+ ms", text) is not None
+
+
 def libtorch_mapped(pid: int) -> bool:
     return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
 
@@ -67,9 +74,7 @@ def test_enrolled_runner_serves_its_class_and_refuses_a_tampered_bundle(
     sweep = wait_for(lambda: sweep_done(api, sweep_id), 300, "the sweep and its device runs")
     texts = cells_text(farm_sessions, sweep_id)
     assert texts[("act", "vulkan")] == {CLASS: "-"}
-    assert texts[("act", "xnnpack")][CLASS].startswith("✓ ") and texts[("act", "xnnpack")][CLASS].endswith(
-        " ms"
-    )
+    assert timed(texts[("act", "xnnpack")][CLASS])
     tampered = texts[("diffusion", "xnnpack")][CLASS]
     assert tampered.startswith("❌ ") and "is refused: its content hashes to" in tampered
     with farm_sessions() as session:
@@ -120,7 +125,7 @@ def test_sigkilled_runner_job_is_requeued_and_completes_once(
         assert "stopped heartbeating" in (attempts[0].error or "")
         runs = session.scalars(select(DeviceRun).where(DeviceRun.job_id == job.id)).all()
         assert [(r.status, r.attempt) for r in runs] == [("ok", 2)]
-    assert cells_text(farm_sessions, sweep_id)[("tdmpc", "xnnpack")][CLASS].startswith("✓ ")
+    assert timed(cells_text(farm_sessions, sweep_id)[("tdmpc", "xnnpack")][CLASS])
 
 
 def test_offline_run_bundle_import_and_a_changed_number_refused(
@@ -163,4 +168,4 @@ def test_offline_run_bundle_import_and_a_changed_number_refused(
         swept.device_classes = [CLASS]  # shown in the columns once the sweep names the class
         text = device_cells(session, swept)[("vqbet", "xnnpack")][CLASS]
         session.rollback()
-    assert text.startswith("✓ ")
+    assert timed(text)

@@ -1,0 +1,89 @@
+"""A cell as every renderer shows it: one typed column per tracker column and per device class.
+
+``coverfarm.cell_build`` builds it, once, from the cell's result document, what its jobs say and its
+device runs and baselines; the tracker's Markdown and the CLI row (``coverfarm.tracker``), the report
+(``orchestrator.reports``) and the grid (``dashboard.views``) render it. Each column says what kind of
+value it holds and carries the numbers behind it, so no renderer reads another one's text: the text is
+made by ``coverfarm.tracker`` alone, and the grid's colours follow the kind.
+
+No torch, no database: dataclasses of plain values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+
+class Kind(StrEnum):
+    VALUE = "value"  # measured; the numbers stand
+    BOUNDED = "bounded"  # partitioning did not finish: the support check's count, an upper bound
+    UNKNOWN = "unknown"  # partitioning did not finish: connected groups only, not a bound on programs
+    SLOW = "slow"  # the stage ran out of its bound
+    NEEDS_WORKER = "needs_worker"  # measured with fake weights: exporting needs a bigger worker
+    FAILED = "failed"  # no value: ``cause`` says why
+    PENDING = "pending"  # being measured (queued or running)
+    NOT_APPLICABLE = "not_applicable"  # nothing to show: cancelled, no bundle, another backend's class
+    NO_DEVICE = "no_device"  # no runner of the device class is enrolled
+    UNSTABLE = "unstable"  # a device latency whose samples are not stable: no speed-up
+
+
+@dataclass(frozen=True)
+class Share:
+    """A part of a whole: ops or heavy math on the backend (or the support check's bound on them)."""
+
+    part: int
+    total: int
+
+    @property
+    def fraction(self) -> float | None:
+        return self.part / self.total if self.total else None
+
+
+@dataclass(frozen=True)
+class Latency:
+    """A device run's median per action chunk, and how it compares with eager PyTorch."""
+
+    median_ms: float | None  # None: the run recorded no timing
+    speedup: float | None = None  # the eager baseline's median over this one; None: not both stable
+    baseline_waits: bool = False  # the baseline job is still to run
+    cv: float | None = None  # the samples' coefficient of variation
+
+
+@dataclass(frozen=True)
+class Column:
+    kind: Kind
+    share: Share | None = None  # ops and heavy math
+    count: int | None = None  # programs, or connected groups when the kind is UNKNOWN
+    latency: Latency | None = None  # device columns
+    needs_worker_gb: int | None = None  # NEEDS_WORKER: the smallest worker the real weights fit
+    cause: str | None = None  # one line: why the column reads as it does
+    since: datetime | None = None  # when what it waits for started (None: queued, or not waiting)
+    command: str | None = None  # reproduces the column's value
+
+
+@dataclass(frozen=True)
+class CellView:
+    policy: str
+    backend: str
+    ops: Column
+    heavy: Column
+    programs: Column
+    export: Column
+    # The device column of a sweep that asks for no device class: whether there is a bundle to run.
+    device: Column
+    devices: dict[str, Column] = field(default_factory=dict)  # per device class of the sweep, in order
+    cause: str | None = None  # the row's one-line cause (the report's footnote)
+    pending: bool = False  # queued or running, a slow result's longer re-run included
+    running: bool = False  # the latest CPU job is running
+    since: datetime | None = None  # its start
+    rerun: bool = False  # a slow result stands while its longer re-run is pending
+    cancelled: bool = False
+    measured: bool = False  # a result document is stored
+    command: str = ""  # ``coverfarm analyze`` with the cell's options
+
+    @property
+    def coverage(self) -> list[Column]:
+        """The tracker's columns after "Policy"."""
+        return [self.ops, self.heavy, self.programs, self.export]
