@@ -141,7 +141,8 @@ def _speedup(run: DeviceResult, baseline: BaselineResult | None) -> float | None
 
 def _run(run: DeviceResult, baseline: BaselineResult | None, baseline_waits: bool) -> Column:
     if run.status != "ok":
-        return Column(Kind.FAILED, cause=error_line(run.error) or "failed")
+        cause = run.failure.short_cause if run.failure else error_line(run.error)
+        return Column(Kind.FAILED, cause=cause or "failed")
     latency = run.latency
     if latency is None:
         return Column(Kind.VALUE, latency=Latency(None))

@@ -46,7 +46,7 @@ from typing import NoReturn
 import numpy as np
 
 from gpu_runner.manifest import ProgramSpec, TensorSpec
-from gpu_runner.result import DeviceFailure, FailureKind, NativeRuntimeInfo, ProgramLoad
+from gpu_runner.result import DeviceFailure, FailureKind, NativeRuntimeInfo, ProgramLoad, short_message
 from gpu_runner.runtime import RUNTIME_BACKEND, Program, RuntimeFailure, RuntimeKind, time_whole_chunks
 
 ENV_VAR = "COVERFARM_EXECUTOR_RUNNER"
@@ -366,17 +366,6 @@ def runtime_message(lines: Sequence[str]) -> str:
         return "; ".join(found)
     meaningful = [line.strip() for line in lines if line.strip()]
     return _strip(meaningful[-1]) if meaningful else "no error logged"
-
-
-_RAISED_FROM = re.compile(r"Exception raised from \S+ at (?:\S*/)?(?P<where>[^/\s]+:\d+): ")
-
-
-def short_message(message: str) -> str:
-    """The runtime's message as the grid shows it: the first failure, where the check that failed sits
-    (``IndexTensor.cpp:76``) and what it says, without the exception's type and the source path."""
-    first = message.split("; ")
-    text = next((part for part in first if not part.startswith("terminate called")), message)
-    return _RAISED_FROM.sub(lambda m: f"{m.group('where')}: ", text).strip()
 
 
 def classify_exit(

@@ -7,6 +7,7 @@ identical to the reference (no noise at all).
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -170,8 +171,19 @@ FailureKind = Literal[
 ]
 
 
+_RAISED_FROM = re.compile(r"Exception raised from \S+ at (?:\S*/)?(?P<where>[^/\s]+:\d+): ")
+
+
+def short_message(message: str) -> str:
+    """A runtime's message as the grid shows it: its first failure, where the check that failed sits
+    (``IndexTensor.cpp:76``) and what it says, without the exception's type and the source path."""
+    parts = message.split("; ")
+    text = next((part for part in parts if not part.startswith("terminate called")), message)
+    return _RAISED_FROM.sub(lambda m: f"{m.group('where')}: ", text).strip()
+
+
 class DeviceFailure(BaseModel):
-    """Why a device run failed, by class: the grid shows ``cause``, the details the rest."""
+    """Why a device run failed, by class: the grid shows ``short_cause``, the details the rest."""
 
     kind: FailureKind
     cause: str  # one line
@@ -182,6 +194,15 @@ class DeviceFailure(BaseModel):
     last_lines: list[str] = Field(default_factory=list)
     max_abs_error: float | None = None
     min_sqnr_db: float | None = None
+
+    @property
+    def short_cause(self) -> str:
+        """The class in words and the runtime's own check, for a grid cell."""
+        words = {"refused_at_load": "refused at load", "crashed": "crashed while running"}
+        if self.message and self.kind in words:
+            where = f"{self.program}: " if self.program else ""
+            return f"{words[self.kind]}: {where}{short_message(self.message)}"
+        return self.cause
 
 
 class RuntimeIdentity(BaseModel):

@@ -3,8 +3,12 @@ latency samples for the diff, and the runtime build and eager baseline behind ea
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlalchemy.orm import Session
 
+from coverfarm import runtime_repros
+from gpu_runner.result import short_message
 from orchestrator.devices.grid import baselines, runs
 from orchestrator.models import Sweep
 
@@ -49,7 +53,54 @@ def device_runtimes(session: Session, sweep: Sweep, backend: str) -> list[str]:
         native = probe.native_runtime if probe is not None else None
         if native is not None and native.path and native.status == "ok":
             parts.append(f"native runner {native.path}")
+        if run.runtime_identity is not None and run.runtime_identity.note:
+            parts.append(run.runtime_identity.note)
         if device_class in eager:
             parts.append(eager[device_class])
         lines[device_class] = f"{device_class}: {'; '.join(parts)}"
     return [lines[name] for name in sorted(lines)]
+
+
+@dataclass(frozen=True)
+class RuntimeIssue:
+    """Device runs refused or crashed by the runtime with the same message (its check's file:line and
+    words), the policies and device classes it hit, and the one-op repro that shows it, if any."""
+
+    where: str
+    op: str | None
+    kind: str
+    message: str
+    policies: list[str]
+    device_classes: list[str]
+    repro: str | None
+
+
+def runtime_issues(session: Session, sweep: Sweep, backend: str) -> list[RuntimeIssue]:
+    by_id = {cell.id: cell for cell in sweep.cells}
+    found: dict[tuple[str, str], RuntimeIssue] = {}
+    for (cell_id, device_class), run in sorted(runs(session, sweep.cells).items()):
+        failure = run.failure
+        cell = by_id[cell_id]
+        if cell.backend != backend or failure is None or failure.message is None:
+            continue
+        if failure.kind not in ("refused_at_load", "crashed"):
+            continue
+        where = short_message(failure.message)
+        ref = runtime_repros.for_message(failure.message)
+        issue = found.setdefault(
+            (failure.kind, where),
+            RuntimeIssue(
+                where=where,
+                op=ref.op if ref else None,
+                kind=failure.kind,
+                message=failure.message,
+                policies=[],
+                device_classes=[],
+                repro=f"{ref.name} ({ref.seen})" if ref else None,
+            ),
+        )
+        if cell.policy not in issue.policies:
+            issue.policies.append(cell.policy)
+        if device_class not in issue.device_classes:
+            issue.device_classes.append(device_class)
+    return list(found.values())

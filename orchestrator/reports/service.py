@@ -16,7 +16,7 @@ from coverfarm.tracker import PENDING, backend_title, columns, markdown_table
 from orchestrator.errors import Invalid
 from orchestrator.models import Cell, Sweep
 from orchestrator.reports.blockers import NO_REPRO, READY, blocker_groups, blockers_report, reason_what_ifs
-from orchestrator.reports.devices import device_runtimes, device_samples
+from orchestrator.reports.devices import RuntimeIssue, device_runtimes, device_samples, runtime_issues
 from orchestrator.reports.diff import diff_markdown, diff_sweeps
 from orchestrator.reports.documents import sweep_documents
 from orchestrator.reports.schemas import BlockerGroup, BlockersReport, ReasonWhatIf, SweepDiff
@@ -240,7 +240,42 @@ def _known_issues(groups: list[BlockerGroup], reasons: list[ReasonWhatIf], backe
     return lines
 
 
-def backend_body(sweep: Sweep, backend: str, views: Views, runtimes: list[str] | None = None) -> list[str]:
+def _runtime_issues(issues: list[RuntimeIssue]) -> list[str]:
+    if not issues:
+        return []
+    lines = [
+        "",
+        "#### On the device",
+        "",
+        "Programs the partitioner delegated that a device runtime refused to load or crashed on, grouped "
+        "by the runtime's own check. The repro is the op alone, lowered the same way "
+        "(`python -m worker.repros.runtime OUT` writes its bundle for `coverfarm runner run-bundle`).",
+        "",
+    ]
+    rows = []
+    for issue in issues:
+        what = "refused at load" if issue.kind == "refused_at_load" else "crashed while running"
+        op = f"`{issue.op}`" if issue.op else "-"
+        rows.append(
+            [
+                op,
+                f"{what}: `{issue.where}`",
+                ", ".join(issue.policies),
+                ", ".join(issue.device_classes),
+                issue.repro or "none yet",
+            ]
+        )
+    lines.append(markdown_table(["Op", "Runtime's message", "Policies", "Device classes", "Repro"], rows))
+    return lines
+
+
+def backend_body(
+    sweep: Sweep,
+    backend: str,
+    views: Views,
+    runtimes: list[str] | None = None,
+    issues: list[RuntimeIssue] | None = None,
+) -> list[str]:
     cells = sorted((cell for cell in sweep.cells if cell.backend == backend), key=lambda cell: cell.policy)
     docs = sweep_documents(sweep, backend)
     title = backend_title(backend)
@@ -248,6 +283,7 @@ def backend_body(sweep: Sweep, backend: str, views: Views, runtimes: list[str] |
     lines += _coverage(cells, backend, views)
     lines += ["", *_notes(sweep, docs), "", *_built_on(docs, runtimes or []), ""]
     lines += _known_issues(blocker_groups(docs), reason_what_ifs(docs), backend)
+    lines += _runtime_issues(issues or [])
     return lines
 
 
@@ -256,6 +292,7 @@ def report_markdown(
     backend: str | None = None,
     views: Views | None = None,
     runtimes: dict[str, list[str]] | None = None,
+    issues: dict[str, list[RuntimeIssue]] | None = None,
 ) -> str:
     """The whole tracker body of each backend of the sweep (or of ``backend`` alone). ``views``: the
     cells' views with their device columns (without: none); ``runtimes`` per backend, from the device
@@ -270,7 +307,7 @@ def report_markdown(
     ]
     views = plain_views(sweep) if views is None else views
     for name in backends:
-        lines += ["", *backend_body(sweep, name, views, (runtimes or {}).get(name))]
+        lines += ["", *backend_body(sweep, name, views, (runtimes or {}).get(name), (issues or {}).get(name))]
     lines.append("")
     return "\n".join(lines)
 
@@ -296,7 +333,8 @@ def report(session: Session, sweep: Sweep, backend: str | None = None) -> str:
     check_backend(sweep, backend)
     backends = [backend] if backend else list(dict.fromkeys(cell.backend for cell in sweep.cells))
     runtimes = {name: device_runtimes(session, sweep, name) for name in backends}
-    return report_markdown(sweep, backend, sweep_views(session, sweep), runtimes)
+    issues = {name: runtime_issues(session, sweep, name) for name in backends}
+    return report_markdown(sweep, backend, sweep_views(session, sweep), runtimes, issues)
 
 
 def blockers(sweep: Sweep, backend: str | None = None) -> BlockersReport:

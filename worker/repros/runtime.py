@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from coverfarm import runtime_repros
+from coverfarm.runtime_repros import RuntimeReproRef
 from worker.health import build, single_program
 
 
@@ -37,9 +39,7 @@ class ArgmaxLastDim(torch.nn.Module):
 
 @dataclass(frozen=True)
 class RuntimeRepro:
-    name: str
-    op: str
-    runtime_source: str  # the runtime file whose check refuses it (in the refusal's message)
+    ref: RuntimeReproRef  # its name, op and the runtime file whose check refuses it
     model: Callable[[], torch.nn.Module]
     examples: Callable[[int], tuple[torch.Tensor, ...]]
     seen_in: tuple[str, ...]  # policies whose bundles the runtime refused with the same message
@@ -51,17 +51,13 @@ def _generator(i: int) -> torch.Generator:
 
 REPROS = (
     RuntimeRepro(
-        name="index_tensor_none_first",
-        op="aten.index.Tensor",
-        runtime_source="IndexTensor.cpp",
+        ref=runtime_repros.REFS[0],
         model=IndexSecondDim,
         examples=lambda i: (torch.randn(4, 16, generator=_generator(i)), torch.tensor([3, 0, 7, 7])),
         seen_in=("vqbet",),
     ),
     RuntimeRepro(
-        name="argmax_texture_input",
-        op="aten.argmax.default",
-        runtime_source="ArgReduce.cpp",
+        ref=runtime_repros.REFS[1],
         model=ArgmaxLastDim,
         examples=lambda i: (torch.randn(1, 8, 64, generator=_generator(i)),),
         seen_in=("tdmpc",),
@@ -71,15 +67,17 @@ REPROS = (
 
 def repro_for(runtime_message: str) -> RuntimeRepro | None:
     """The repro whose runtime source file the refusal names, if any."""
-    return next((r for r in REPROS if r.runtime_source in runtime_message), None)
+    ref = runtime_repros.for_message(runtime_message)
+    return next((r for r in REPROS if r.ref == ref), None)
 
 
 def build_all(out: Path, backend: str = "vulkan") -> dict[str, Path]:
     written = {}
     for repro in REPROS:
         torch.manual_seed(0)
-        policy = single_program(repro.name, repro.model(), repro.examples, f"repro-{repro.name}")
-        written[repro.name] = build(out / repro.name, backend, policy)
+        name = repro.ref.name
+        policy = single_program(name, repro.model(), repro.examples, f"repro-{name}")
+        written[name] = build(out / name, backend, policy)
     return written
 
 

@@ -1,0 +1,67 @@
+"""A device runtime's refusal reaches the report: the cell reads the runtime's own check in a short form,
+"Built on" says which runtime ran against which export, and Known issues gets the runtime section with
+the op, the message, the policies and device classes hit, and the one-op repro. The messages are the
+ones the H200's executor_runner printed (tests/gpu_runner/recorded/)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from devicetools import CLASS, device_result, enrol, lower_with_bundle
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session, sessionmaker
+
+from coverfarm.settings import Settings
+from coverfarm.signing import new_key_pair, sign
+from gpu_runner.native_runtime import classify_exit
+from gpu_runner.result import RuntimeIdentity
+
+RECORDED = Path(__file__).resolve().parents[1] / "gpu_runner" / "recorded"
+
+
+def test_a_refusal_is_a_short_cell_a_built_on_line_and_a_runtime_known_issue(
+    client: TestClient, admin: dict[str, str], sessions: sessionmaker[Session], settings: Settings,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    private_key, public_key = new_key_pair()
+    runner_id, _ = enrol(client, admin, signing_key=public_key)
+    body = {"policies": ["act", "vqbet"], "backends": ["xnnpack"], "device_classes": [CLASS]}
+    sweep = client.post("/api/sweeps", headers=admin, json=body).json()
+    jobs = {cell["policy"]: cell["jobs"][0]["id"] for cell in sweep["cells"]}
+    refused = lower_with_bundle(sessions, settings, jobs["vqbet"], "vqbet", tmp_path / "v")
+    ok = lower_with_bundle(sessions, settings, jobs["act"], "act", tmp_path / "a")
+
+    lines = (RECORDED / "vqbet-index-tensor-refused.log").read_text().splitlines()
+    failure = classify_exit("refused_at_load", "forward", -6, lines, "refused at load")
+    identity = RuntimeIdentity(
+        kind="native", version="1.5.0", commit="cff6f4dd32a3", export_version="1.5.1", matches_export=False,
+        note="runtime native executor_runner built from cff6f4dd32 (1.5.0); export executorch 1.5.1: "
+        "runtime and export differ",
+    )  # fmt: skip
+    failed = device_result(refused.sha256, status="failed")
+    failed.update(
+        policy="vqbet", error=failure.cause, failure=failure.model_dump(mode="json"),
+        runtime_identity=identity.model_dump(mode="json"),
+    )  # fmt: skip
+    passed = device_result(ok.sha256, 25.0)
+    passed["runtime_identity"] = identity.model_dump(mode="json")
+    for document in (failed, passed):
+        stored = client.post(
+            "/api/results/import", headers=admin, json=sign(document, runner_id, private_key)
+        )
+        assert stored.status_code == 201, stored.text
+
+    report = client.get(f"/api/sweeps/{sweep['id']}/report.md").text
+    where = (
+        "IndexTensor.cpp:76: (indices_list->size() == 1) is false! "
+        "index.Tensor: only one index tensor is supported"
+    )
+    assert f"| ❌ refused at load: forward: {where} |" in report
+    assert "runtime native executor_runner built from cff6f4dd32 (1.5.0); export executorch 1.5.1: " in report
+    assert "runtime and export differ" in report
+    section = report.split("#### On the device", 1)[1]
+    assert (
+        f"| `aten.index.Tensor` | refused at load: `{where}` | vqbet | {CLASS} | index_tensor_none_first "
+        "(reproduces: refused at load with the same message on h200-vulkan" in section
+    )
+    assert "act" not in section.split("|---|", 1)[1]  # act ran: not a runtime issue
