@@ -31,7 +31,7 @@ def test_a_bundle_is_stored_under_its_digest(tiny_bundles: dict[str, Path]) -> N
 
 
 def test_tiny_xnnpack_bundle_passes(tiny_bundles: dict[str, Path]) -> None:
-    result = run_bundle(tiny_bundles["xnnpack"], warmup=1, iterations=5)
+    result = run_bundle(tiny_bundles["xnnpack"], warmup=1, iterations=5, runtime="python")
     assert result.status == "ok", result.error
     assert result.device_class == f"cpu-{platform.machine()}-xnnpack"
     assert [(c.program, c.passed) for c in result.testcase] == [("obs", True), ("step", True)]
@@ -53,7 +53,7 @@ def test_tampered_bundle_is_refused_by_hash(tiny_bundles: dict[str, Path], tmp_p
     pte.write_bytes(bytes(data))
 
     out = tmp_path / "result.json"
-    run = coverfarm("runner", "run-bundle", str(bundle), "--out", str(out))
+    run = coverfarm("runner", "run-bundle", str(bundle), "--out", str(out), "--runtime", "python")
     assert run.returncode == 1, run.stderr
     result = DeviceResult.model_validate_json(out.read_text())
     assert result.status == "failed"
@@ -79,14 +79,14 @@ def test_wrong_outputs_fail_with_the_cause(
         arrays = {name: data[name] for name in data.files}
     arrays[key] = arrays[key] + 0.25
     np.savez(bundle / npz, **arrays)  # type: ignore[arg-type]
-    result = run_bundle(rehomed(bundle, tmp_path), warmup=0, iterations=1)
+    result = run_bundle(rehomed(bundle, tmp_path), warmup=0, iterations=1, runtime="python")
     assert result.status == "failed"
     assert result.error is not None and result.error.startswith(cause), result.error
     assert result.latency is not None  # a wrong cell still has its timings
 
 
 def test_vulkan_bundle_without_vulkan_runtime_fails_with_cause(tiny_bundles: dict[str, Path]) -> None:
-    result = run_bundle(tiny_bundles["vulkan"], warmup=0, iterations=1)
+    result = run_bundle(tiny_bundles["vulkan"], warmup=0, iterations=1, runtime="python")
     if "VulkanBackend" in registered_backends():  # a runtime built with Vulkan: it must simply work
         assert result.status == "ok", result.error
         return
@@ -118,7 +118,7 @@ print(json.dumps({"code": code, "importers": importers}))
 def test_runner_never_imports_torch_itself(tiny_bundles: dict[str, Path], tmp_path: Path) -> None:
     """The pip wheel's runtime imports torch (its pybindings need it); the runner's code never does."""
     out = tmp_path / "result.json"
-    args = ["runner", "run-bundle", str(tiny_bundles["xnnpack"]), "--out", str(out), "--iterations", "3"]
+    args = ["runner", "run-bundle", str(tiny_bundles["xnnpack"]), "--out", str(out), "--iterations", "3", "--runtime", "python"]
     run = subprocess.run(
         [sys.executable, "-c", HOOK, json.dumps(args)], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
