@@ -118,7 +118,8 @@ print(json.dumps({"code": code, "importers": importers}))
 def test_runner_never_imports_torch_itself(tiny_bundles: dict[str, Path], tmp_path: Path) -> None:
     """The pip wheel's runtime imports torch (its pybindings need it); the runner's code never does."""
     out = tmp_path / "result.json"
-    args = ["runner", "run-bundle", str(tiny_bundles["xnnpack"]), "--out", str(out), "--iterations", "3", "--runtime", "python"]
+    bundle = str(tiny_bundles["xnnpack"])
+    args = ["runner", "run-bundle", bundle, "--out", str(out), "--iterations", "3", "--runtime", "python"]
     run = subprocess.run(
         [sys.executable, "-c", HOOK, json.dumps(args)], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
