@@ -316,3 +316,52 @@ def test_page_is_a_static_snapshot_with_javascript_off(
     finally:
         driver.quit()
         api.post(f"/api/sweeps/{sweep['id']}/cancel")
+
+
+def test_an_imported_device_result_appears_in_an_open_grid(
+    browser: WebDriver,
+    orchestrator: Orchestrator,
+    api: httpx.Client,
+    live_sessions: sessionmaker[Session],
+    live_settings: Settings,
+) -> None:
+    """An offline host's signed result, imported while the grid is open, shows in its device column
+    without a reload (the import emits a ``device`` event, which the grid follows)."""
+    from coverfarm.result import Bundle
+    from coverfarm.signing import new_key_pair, sign
+    from gpu_runner.result import DeviceResult, LatencyStats
+
+    device_class = "h200-vulkan"
+    body = {"policies": ["act"], "backends": ["vulkan"], "device_classes": [device_class]}
+    response = api.post("/api/sweeps", json=body)
+    assert response.status_code == 201, response.text
+    sweep = response.json()
+    act = cell_id(sweep, "act", "vulkan")
+    doc = finished("act", "vulkan")
+    doc.bundle = Bundle(sha256="ab" * 32, path="/nowhere")
+    store(live_sessions, live_settings, sweep["cells"][0]["jobs"][0]["id"], doc)
+    private_key, public_key = new_key_pair()
+    enrolled = api.post(
+        "/api/runners/offline",
+        json={"name": "air-gapped", "device_classes": [device_class], "signing_key": public_key},
+    )
+    assert enrolled.status_code == 201, enrolled.text
+
+    browser.get(f"{orchestrator.url}/sweeps/{sweep['id']}")
+    wait_until(browser, "return document.getElementById('live').dataset.state === 'live'", 10, "the stream")
+    assert not cell_texts(browser, act)[-1].startswith("✓")
+    watch_cell(browser, act)
+    samples = [25.0, 25.1, 24.9, 25.0]
+    latency = LatencyStats(
+        warmup=1, iterations=4, samples_ms=samples, median_ms=25.0, p90_ms=25.1, min_ms=24.9,
+        mean_ms=25.0, cv=0.003, stable=True, load_ms=500.0,
+    )  # fmt: skip
+    result = DeviceResult(
+        bundle_sha256="ab" * 32, policy="act", backend="vulkan", device_class=device_class, status="ok",
+        latency=latency,
+    ).model_dump(mode="json")  # fmt: skip
+    signed = sign(result, enrolled.json()["runner_id"], private_key)
+    assert api.post("/api/results/import", json=signed).status_code == 201
+    wait_for(lambda: cell_texts(browser, act)[-1] == "✓ 25 ms", 10, "the imported cell to show")
+    assert browser.execute_script("return window.__reloaded") is False
+    save_screenshot(browser, "grid-imported-device-cell")
