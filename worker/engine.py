@@ -22,6 +22,7 @@ from typing import Any
 
 from coverfarm import catalog
 from coverfarm.errors import UserError
+from coverfarm.hostlock import host_lock
 from coverfarm.offline_causes import no_offline_build
 from coverfarm.result import (
     ErrorInfo,
@@ -147,6 +148,7 @@ def trace(
         bounds={"trace": options.timeout_s, "reference": options.timeout_s},
         first_phase="trace",
         log_path=work / "trace.log",
+        host_lock=host_lock(),
     )
     seconds = sum(run.phase_seconds.values())
     memory = _megabytes(run.phase_peak_bytes)
@@ -270,6 +272,7 @@ def lower(
         first_phase="partition",
         log_path=work / "lower.log",
         on_event=report,
+        host_lock=host_lock(),
     )
     fold_lower_events(doc, manifest, trace_dir, run, options.timeout_s)
     memory = _megabytes(run.phase_peak_bytes)

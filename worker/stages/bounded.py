@@ -8,6 +8,10 @@ is also killed by the kernel when the process that started it dies (a SIGKILLed 
 
 The parent also records the child's peak resident memory at the end of each phase (``worker.memory``):
 sampled from ``/proc`` while it runs, and exact from ``wait4`` when it exits on its own.
+
+A CPU stage (trace, lower, repros) runs with the host's timing lock held shared (``host_lock``,
+``coverfarm.hostlock``): it starts only once no device run or eager baseline is timing on this host, or
+waiting to, and none starts timing until it ends. Its bounds count from its start, not from the wait.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from coverfarm.hostlock import HostLock
 from worker.memory import peak_rss_bytes
 from worker.stages.events import read_events
 
@@ -71,9 +76,26 @@ def run_bounded(
     log_path: Path,
     on_event: Callable[[dict[str, Any]], None] | None = None,
     env: Mapping[str, str] | None = None,
+    host_lock: HostLock | None = None,
 ) -> StageRun:
     """Run ``python -m module args`` with per-phase time bounds (seconds); the child's stdout and
-    stderr go to ``log_path``."""
+    stderr go to ``log_path``. With ``host_lock``, the child runs as a stage of that lock."""
+    if host_lock is None:
+        return _run_bounded(module, args, events_path, bounds, first_phase, log_path, on_event, env)
+    with host_lock.stage():
+        return _run_bounded(module, args, events_path, bounds, first_phase, log_path, on_event, env)
+
+
+def _run_bounded(
+    module: str,
+    args: Sequence[str],
+    events_path: Path,
+    bounds: Mapping[str, float],
+    first_phase: str,
+    log_path: Path,
+    on_event: Callable[[dict[str, Any]], None] | None,
+    env: Mapping[str, str] | None,
+) -> StageRun:
     events_path.unlink(missing_ok=True)
     with log_path.open("wb") as log:
         child = subprocess.Popen(
