@@ -80,6 +80,8 @@ def validate(policy: str, backend: str, options: Options) -> None:
         raise UserError(str(error)) from None
     if options.weights == "fake" and options.checkpoint is not None:
         raise UserError("weights fake builds the policy without weights: it cannot use a checkpoint")
+    if options.force_fp16 and backend != "vulkan":
+        raise UserError(f"force_fp16 is a Vulkan partitioner option; backend {backend} has none")
     if options.checkpoint is not None:
         path = Path(options.checkpoint)
         if not path.is_dir() or not os.access(path, os.R_OK):
@@ -266,6 +268,7 @@ def lower(
             options.lowering,
             "--out",
             str(lowered),
+            *(["--force-fp16"] if options.force_fp16 else []),
         ],
         events_path=work / "lower.events.jsonl",
         bounds={"partition": options.timeout_s, "export": options.timeout_s},
