@@ -118,7 +118,7 @@ def _fold(run: StageRun, rules: TimingRules, result: BaselineResult, timeout_s: 
     if "host" in events:
         host = events["host"]
         result.torch_version = host["torch"]
-        result.interop_threads = host["interop_threads"]
+        result.threads, result.interop_threads = host["threads"], host["interop_threads"]
     if "built" in events:
         built = events["built"]
         result.build_s = built["seconds"]
