@@ -20,6 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from coverfarm.digest import bundle_digest
 from gpu_runner.result import LatencyStats
 
 COVERFARM = [sys.executable, "-m", "coverfarm"]
@@ -31,6 +32,7 @@ AFTER: list[str] = []  # the settings' rules
 
 def device_latency(bundle: Path, rules: list[str], out: Path) -> LatencyStats | None:
     args = [*COVERFARM, "runner", "run-bundle", str(bundle), "--out", str(out), "--unsigned", *rules]
+    args += ["--sha256", bundle_digest(bundle)]  # a bundle kept under another name than its address
     subprocess.run(args, capture_output=True, check=False)
     latency = json.loads(out.read_text()).get("latency")
     return LatencyStats.model_validate(latency) if latency else None
