@@ -98,6 +98,11 @@ class HostLock:
             os.close(gate)
 
 
+def held(lock: HostLock | None, wait_s: float) -> contextlib.AbstractContextManager[Isolation | None]:
+    """``lock.timing(wait_s)``, or nothing (``None``) without a lock."""
+    return lock.timing(wait_s) if lock is not None else contextlib.nullcontext()
+
+
 def host_lock(settings_path: Path | None = None) -> HostLock:
     """The host's lock: ``settings_path``, else the one the farm's settings name."""
     if settings_path is not None:

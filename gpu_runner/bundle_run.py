@@ -18,17 +18,16 @@ judges them together.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from coverfarm.digest import bundle_digest
+from coverfarm.hostlock import HostLock, held
 from gpu_runner import runtime
 from gpu_runner import runtime as runtime_module  # ``run_bundle``'s ``runtime`` argument hides the name
 from gpu_runner.hostload import LoadMeter, host_id
@@ -45,10 +44,7 @@ from gpu_runner.result import (
     Tolerance,
 )
 from gpu_runner.runtime_choice import CHOICES, RuntimeChoice, choose_runtime
-from gpu_runner.stats import latency_stats, replica
-
-if TYPE_CHECKING:
-    from coverfarm.hostlock import HostLock
+from gpu_runner.stats import latency_stats, mark_isolation, replica
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -122,7 +118,7 @@ def run_bundle(
         host_id=host_id(),
     )
     try:
-        with lock.timing(lock_wait_s) if lock is not None else contextlib.nullcontext() as isolation:
+        with held(lock, lock_wait_s) as isolation:
             if isinstance(engine, runtime_module.PythonRuntime):
                 engine.prepare()  # import it first, so this times loading the programs and nothing else
             start = time.perf_counter()
@@ -133,8 +129,7 @@ def run_bundle(
             result.testcase = replay_testcase(bundle, manifest, programs)
             result.frames = check_frames(bundle, manifest, programs)
             result.latency = time_chunk(bundle, manifest, programs, rules, load_ms, engine=engine)
-        if isolation is not None and result.latency is not None:
-            result.latency.replicas[0].isolation = isolation
+        mark_isolation(result.latency, isolation)
     except (runtime_module.RuntimeFailure, BundleError) as error:
         result.status, result.error = "failed", str(error)
         return _finish(result)
@@ -398,8 +393,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--lock-wait", type=float, default=0.0)
     parser.add_argument("--runner-id", type=int)
     args = parser.parse_args(argv)
-    from coverfarm.hostlock import HostLock
-
     result = run_bundle(
         args.bundle,
         expected_sha256=args.sha256,

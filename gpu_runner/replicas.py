@@ -10,7 +10,6 @@ document fails the run with why.
 
 from __future__ import annotations
 
-import contextlib
 import subprocess
 import sys
 import tempfile
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from gpu_runner.result import DeviceResult, TimingRules
-from gpu_runner.stats import combine
+from gpu_runner.stats import combine, mark_isolation
 
 if TYPE_CHECKING:
     from coverfarm.hostlock import HostLock
@@ -40,11 +39,11 @@ def run_replicated(
 ) -> DeviceResult:
     """``rules.replicas`` fresh-process runs of ``bundle`` inside one hold of ``lock`` (waiting at most
     ``lock_wait_s`` for it); ``timeout_s`` bounds each replica's process."""
-    with lock.timing(lock_wait_s) if lock is not None else contextlib.nullcontext() as isolation:
+    from coverfarm.hostlock import held
+
+    with held(lock, lock_wait_s) as isolation:
         result = _replicas(bundle, rules, expected_sha256, runtime, executor_runner, runner_id, timeout_s)
-    if isolation is not None and result.latency is not None:
-        for part in result.latency.replicas:
-            part.isolation = isolation
+    mark_isolation(result.latency, isolation)
     return result
 
 

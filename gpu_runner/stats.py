@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpu_runner.result import LatencyStats, Replica, TimingRules
+from gpu_runner.result import Isolation, LatencyStats, Replica, TimingRules
 
 MIN_REACHED, MAX_S_REACHED, MAX_CHUNKS_REACHED = (
     "min_chunks and min_s reached",
@@ -158,3 +158,10 @@ def combine(parts: Sequence[LatencyStats], rules: TimingRules) -> LatencyStats:
     combined = latency_stats(samples, parts[0].warmup, parts[0].load_ms, rules, replicas)
     combined.method, combined.frames = parts[0].method, parts[0].frames
     return combined
+
+
+def mark_isolation(latency: LatencyStats | None, isolation: Isolation | None) -> None:
+    """Record on every replica the one hold of the host's timing lock they were all timed in."""
+    if latency is not None and isolation is not None:
+        for part in latency.replicas:
+            part.isolation = isolation

@@ -14,7 +14,6 @@ lock (``coverfarm.hostlock``), and ``gpu_runner.stats.combine`` judges them toge
 from __future__ import annotations
 
 import argparse
-import contextlib
 import shutil
 import sys
 import tempfile
@@ -23,11 +22,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from coverfarm.baseline import BaselineResult
+from coverfarm.hostlock import held
 from coverfarm.result import Options
 from gpu_runner.hostload import LoadMeter, free_cores, host_id
 from gpu_runner.probe import board
 from gpu_runner.result import HostLoad, LatencyStats, TimingRules
-from gpu_runner.stats import combine, latency_stats, replica, timed_loop
+from gpu_runner.stats import combine, latency_stats, mark_isolation, replica, timed_loop
 from worker.stages.bounded import StageRun, run_bounded
 from worker.stages.events import EventLog, error_fields
 
@@ -66,7 +66,7 @@ def measure_baseline(
         host_id=host_id(),
     )  # fmt: skip
     parts: list[LatencyStats] = []
-    with lock.timing(lock_wait_s) if lock is not None else contextlib.nullcontext() as isolation:
+    with held(lock, lock_wait_s) as isolation:
         for number in range(1, rules.replicas + 1):
             part = _replica(policy, options, frames, rules, result, number, say)
             if part is not None:
@@ -76,8 +76,7 @@ def measure_baseline(
     if parts:
         result.latency = combine(parts, rules)
         result.latency.method = LATENCY_METHOD
-        for timed in result.latency.replicas:
-            timed.isolation = isolation
+        mark_isolation(result.latency, isolation)
     return result
 
 
