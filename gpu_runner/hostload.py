@@ -20,6 +20,9 @@ from gpu_runner.result import HostLoad
 _STAT = Path("/proc/stat")
 _LOADAVG = Path("/proc/loadavg")
 _MACHINE_ID = (Path("/etc/machine-id"), Path("/var/lib/dbus/machine-id"))
+# /proc/stat counts in clock ticks (10 ms at the usual 100 Hz): over a shorter window than this the
+# shares are mostly rounding, and are left unknown.
+MIN_WINDOW_S = 0.5
 
 
 def cores() -> int:
@@ -71,9 +74,9 @@ class LoadMeter:
         busy_now, own_now = _busy_seconds(), _own_seconds()
         load = HostLoad(cores=cores(), window_s=round(window, 3))
         load.loadavg_1m_start, load.loadavg_1m_end = self._loadavg, _loadavg()
-        if window > 0 and self._busy is not None and busy_now is not None:
-            busy = (busy_now - self._busy) / window
-            own = (own_now - self._own) / window
+        if window >= MIN_WINDOW_S and self._busy is not None and busy_now is not None:
+            busy = min((busy_now - self._busy) / window, float(load.cores))
+            own = min((own_now - self._own) / window, busy)
             load.busy_cores = round(busy, 3)
             load.own_cores = round(own, 3)
             load.other_cores = round(max(busy - own, 0.0), 3)

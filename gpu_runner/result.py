@@ -145,6 +145,7 @@ class HostLoad(BaseModel):
     window_s: float
     loadavg_1m_start: float | None = None
     loadavg_1m_end: float | None = None
+    # None when the window was too short for /proc's clock ticks (gpu_runner.hostload.MIN_WINDOW_S)
     busy_cores: float | None = None  # all CPU time spent on the host over the window, in cores
     own_cores: float | None = None  # of it, the timing process's own (and its reaped children's)
     other_cores: float | None = None  # of it, every other process's: what the timing shared the host with
