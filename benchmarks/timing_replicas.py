@@ -52,8 +52,9 @@ def describe(name: str, latencies: list[LatencyStats | None]) -> None:
         if lat is None:
             print(f"  {name} run {number}: no latency")
             continue
-        loads = [r.host_load.other_cores or 0.0 for r in lat.replicas if r.host_load]
-        load = f"{max(loads):.2f}" if loads else "?"
+        loads = [r.host_load.other_cores for r in lat.replicas if r.host_load]
+        known = [value for value in loads if value is not None]
+        load = f"{max(known):.2f}" if known else "? (window too short to tell)"
         verdict = "stable" if lat.stable else "unstable (" + "; ".join(lat.unstable_reasons) + ")"
         print(
             f"  {name} run {number}: median {lat.median_ms:.3f} ms, CV {lat.cv:.3f}, "
