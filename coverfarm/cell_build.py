@@ -49,6 +49,8 @@ class DeviceInput:
     baseline_waits: bool = False  # the baseline job is queued or running
     job: DeviceJob | None = None  # the bundle-run job, once the bundle exists
     enrolled: bool = False  # a runner that is not revoked serves the class
+    run_runner_id: int | None = None  # the runners that reported the run and the baseline, as stored
+    baseline_runner_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -129,17 +131,9 @@ def _export(doc: ResultDocument, cpu: CpuJobs, command: str) -> Column:
     return Column(Kind.FAILED, cause=cause, since=since, command=command)
 
 
-def _speedup(run: DeviceResult, baseline: BaselineResult | None) -> float | None:
-    """Only from an eager baseline that ended ok with stable samples: one cut at its bound, or whose
-    samples spread, is no steady state to divide."""
-    if baseline is None or baseline.status != "ok" or baseline.latency is None:
-        return None
-    if not baseline.latency.stable or not baseline.latency.median_ms:
-        return None
-    return speedup(baseline, run.latency)
-
-
-def _run(run: DeviceResult, baseline: BaselineResult | None, baseline_waits: bool) -> Column:
+def _run(device: DeviceInput) -> Column:
+    run, baseline = device.run, device.baseline
+    assert run is not None
     if run.status != "ok":
         cause = run.failure.short_cause if run.failure else error_line(run.error)
         return Column(Kind.FAILED, cause=cause or "failed")
@@ -148,15 +142,18 @@ def _run(run: DeviceResult, baseline: BaselineResult | None, baseline_waits: boo
         return Column(Kind.VALUE, latency=Latency(None))
     if not latency.stable:
         return Column(Kind.UNSTABLE, latency=Latency(latency.median_ms, cv=latency.cv))
-    waits = baseline is None and baseline_waits
-    return Column(Kind.VALUE, latency=Latency(latency.median_ms, _speedup(run, baseline), waits, latency.cv))
+    waits = baseline is None and device.baseline_waits
+    # Only from two trusted measurements of one runner on one host (coverfarm.baseline.speedup).
+    verdict = speedup(baseline, run, device.baseline_runner_id, device.run_runner_id)
+    why = None if verdict.allowed or baseline is None else "no speed-up: " + "; ".join(verdict.reasons)
+    return Column(Kind.VALUE, latency=Latency(latency.median_ms, verdict.value, waits, latency.cv), cause=why)
 
 
 def _device(cell: Cell, device: DeviceInput) -> Column:
     if device_classes.backend_of(device.device_class) != cell.backend:
         return Column(Kind.NOT_APPLICABLE, cause=f"{device.device_class} runs another backend")
     if device.run is not None:
-        return _run(device.run, device.baseline, device.baseline_waits)
+        return _run(device)
     job = device.job
     if job is None and not cell.cpu.pending:
         return Column(Kind.NOT_APPLICABLE, cause=NO_BUNDLE)

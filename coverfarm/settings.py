@@ -18,6 +18,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from coverfarm import catalog
+from gpu_runner.result import TimingRules
 
 # The tracker's policies (every one keeps its row: those the engine cannot build get a result with the
 # cause) and the engine's backends. The orchestrator cannot ask the engine, which imports torch, so the
@@ -28,7 +29,8 @@ ADMIN_TOKEN_FILE = "admin-token"
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="COVERFARM_", extra="ignore")
+    # Nested: COVERFARM_TIMING__MAX_CV=0.03 sets timing.max_cv.
+    model_config = SettingsConfigDict(env_prefix="COVERFARM_", env_nested_delimiter="__", extra="ignore")
 
     home: Path = Field(default_factory=lambda: Path("~/.coverfarm").expanduser())
     database_url: str | None = None  # None: SQLite file in home
@@ -52,6 +54,15 @@ class Settings(BaseSettings):
     enrolment_token_ttl_s: float = Field(86400.0, gt=0)
     # A device runner's own bound on one bundle run (download, load, test case, frames, timing).
     device_timeout_s: float = Field(900.0, gt=0)
+    # How device runs and eager baselines are timed and when their numbers are trusted; every latency
+    # records the rules it was measured under (gpu_runner.result.TimingRules has the defaults).
+    timing: TimingRules = Field(default_factory=TimingRules)
+    # The host-level lock that keeps timings apart from CPU stages (coverfarm.hostlock). None:
+    # home/timing.lock, which the worker and the local runner of ``coverfarm up`` share.
+    timing_lock: Path | None = None
+    # How long a timing waits for the CPU stages running on its host before it times beside them
+    # (and is marked not isolated). A lower stage can run two bounds of stage_timeout_s.
+    timing_lock_wait_s: float = Field(1800.0, gt=0)
 
     heartbeat_interval_s: float = Field(15.0, gt=0)
     heartbeat_timeout_s: float = Field(90.0, gt=0)  # a running job silent this long is re-queued
@@ -124,6 +135,10 @@ class Settings(BaseSettings):
     def runner_config_path(self) -> Path:
         """Where ``coverfarm runner register`` keeps this host's runner credential (0600)."""
         return self.home / "runner.json"
+
+    @property
+    def timing_lock_path(self) -> Path:
+        return self.timing_lock or self.home / "timing.lock"
 
     @property
     def is_embedded(self) -> bool:

@@ -11,8 +11,11 @@ Three processes, all in the runner's process group:
   result; the broker message carries only the job id. On a host with torch and lerobot installed it also
   consumes ``baseline.<class>``: eager PyTorch timed on this host's CPU, the speed-up's baseline;
 - per bundle, a fresh ``coverfarm runner run-bundle`` process (fresh for timing, and so that a runtime
-  that crashes takes down nothing but itself); per baseline, a fresh ``coverfarm baseline`` process,
-  the only one that loads torch, never while a bundle runs (one job at a time).
+  that crashes takes down nothing but itself), which runs its replicas in fresh processes of their own;
+  per baseline, a fresh ``coverfarm baseline`` process, the only one that loads torch, never while a
+  bundle runs (one job at a time). Both hold the host's timing lock (``coverfarm.hostlock``) while they
+  time, so a CPU worker on the same host starts no stage meanwhile; a job waiting for that lock keeps
+  beating.
 
 Everything the runner tells the farm goes through ``gpu_runner.client`` with its credential; it never
 sees the database. None of these modules imports torch; the run-bundle process loads the ExecuTorch
@@ -38,15 +41,18 @@ from typing import Any
 import httpx
 
 from coverfarm.baseline import BaselineResult
+from coverfarm.cli.timing_options import as_arguments
 from coverfarm.periodic import Periodic
 from coverfarm.result import Options
 from coverfarm.settings import Settings, get_settings
 from gpu_runner.client import FarmClient, Refused
 from gpu_runner.config import RunnerConfig, load
+from gpu_runner.result import TimingRules
 
 log = logging.getLogger("coverfarm.runner")
 
-HEALTH_WARMUP, HEALTH_ITERATIONS = 1, 5
+# The health check shows the runtime works; its figures are not compared with anything.
+HEALTH_RULES = TimingRules(warmup=1, min_chunks=5, min_s=0.0, max_s=5.0, replicas=1)
 UNAUTHORISED = (401, 403)
 NOT_READY = 423
 CLI = "import sys; from coverfarm.cli import main; sys.exit(main())"
@@ -54,8 +60,15 @@ CLI = "import sys; from coverfarm.cli import main; sys.exit(main())"
 
 @dataclass(frozen=True)
 class Timing:
-    warmup: int = 3
-    iterations: int = 20
+    """How this runner times (the farm's rules, with ``runner start``'s overrides) and who it is."""
+
+    rules: TimingRules
+    runner_id: int | None = None
+    lock_wait_s: float = 0.0  # how long a timing may wait for the host's lock (a child's timeout grows)
+
+    def arguments(self) -> list[str]:
+        args = as_arguments(self.rules)
+        return args if self.runner_id is None else [*args, "--runner-id", str(self.runner_id)]
 
 
 def work_dir(settings: Settings) -> Path:
@@ -85,11 +98,10 @@ def child_document(what: str, args: list[str], timeout_s: float, work: Path) -> 
 
 def run_bundle_process(bundle: Path, sha256: str, timing: Timing, timeout_s: float, work: Path) -> Document:
     """(result document, None) from a fresh ``run-bundle`` process; (None, why) when it gave none."""
-    args = [
-        "runner", "run-bundle", str(bundle), "--sha256", sha256,
-        "--warmup", str(timing.warmup), "--iterations", str(timing.iterations), "--unsigned",
-    ]  # fmt: skip
-    return child_document("run-bundle", args, timeout_s, work)
+    args = ["runner", "run-bundle", str(bundle), "--sha256", sha256, *timing.arguments(), "--unsigned"]
+    # Each replica is bounded by the device timeout; the lock is waited for once, before them.
+    bound = timing.rules.replicas * timeout_s + timing.lock_wait_s + 60
+    return child_document("run-bundle", args, bound, work)
 
 
 def baseline_process(policy: str, options: Options, timing: Timing, work: Path) -> Document:
@@ -97,12 +109,14 @@ def baseline_process(policy: str, options: Options, timing: Timing, work: Path) 
     none (it refused its arguments, say a checkpoint that is not on this host, or it crashed)."""
     args = [
         "baseline", "--policy", policy, "--seed", str(options.seed), "--timeout", f"{options.timeout_s:g}",
-        "--warmup", str(timing.warmup), "--iterations", str(timing.iterations),
+        *timing.arguments(),
     ]  # fmt: skip
     if options.checkpoint:
         args += ["--checkpoint", options.checkpoint]
-    # Each of its two phases (build, time) is bounded by timeout_s in its own child; this is the backstop.
-    return child_document("coverfarm baseline", args, 2 * options.timeout_s + 60, work)
+    # Each replica's two phases (build, time) are bounded by timeout_s in its own child; the lock is
+    # waited for once, before them. This is the backstop.
+    bound = timing.rules.replicas * 2 * options.timeout_s + timing.lock_wait_s + 60
+    return child_document("coverfarm baseline", args, bound, work)
 
 
 def job_beat(client: FarmClient, job_id: int, attempt: int, interval_s: float) -> Periodic:
@@ -235,7 +249,8 @@ class Agent:
         try:
             while not self.stop.is_set():
                 try:
-                    status = health_check(self.client, Timing(HEALTH_WARMUP, HEALTH_ITERATIONS), work)
+                    health = Timing(HEALTH_RULES, self.timing.runner_id, self.timing.lock_wait_s)
+                    status = health_check(self.client, health, work)
                 except Refused as refused:
                     if refused.status in UNAUTHORISED:
                         self.revoked = refused.detail
@@ -259,7 +274,7 @@ class Agent:
     def _consume(self) -> None:
         command = [
             sys.executable, "-m", "gpu_runner.agent", "consume", "--config", str(self.config_path),
-            "--warmup", str(self.timing.warmup), "--iterations", str(self.timing.iterations),
+            "--rules", self.timing.rules.model_dump_json(),
         ]  # fmt: skip
         self.consumer = subprocess.Popen(command)
         while self.consumer.poll() is None:
@@ -317,12 +332,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gpu_runner.agent")
     parser.add_argument("command", choices=["consume"])
     parser.add_argument("--config", type=Path, required=True)
-    parser.add_argument("--warmup", type=int, default=Timing.warmup)
-    parser.add_argument("--iterations", type=int, default=Timing.iterations)
+    parser.add_argument("--rules", required=True, help="TimingRules as JSON")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    consume(load(args.config), get_settings(), Timing(args.warmup, args.iterations))
+    config, settings = load(args.config), get_settings()
+    rules = TimingRules.model_validate_json(args.rules)
+    consume(config, settings, Timing(rules, config.runner_id, settings.timing_lock_wait_s))
     return 0
 
 

@@ -5,21 +5,32 @@ numpy and an ExecuTorch runtime only, behind ``gpu_runner.runtime.ProgramRuntime
 records which, and how its latency was measured). Whatever goes wrong in the runtime (a backend that
 is not registered, a program it refuses) becomes a failed result with its cause, not a crash; a bundle
 whose content does not match its address is refused before anything is loaded.
+
+The timed chunks cycle over the bundle's frames (``TimingRules.inputs``; frame 0 alone as an option), as
+the eager baseline does, under the rules' time bounds, holding the host's timing lock when given one
+(``coverfarm.hostlock``) and recording the host's load meanwhile. Every timed chunk's outputs are
+compared with the reference of its frame: a run whose outputs differ on some executions fails
+``output not stable: k of N executions differ``. This is one replica in one process;
+``gpu_runner.replicas`` runs several in fresh processes (``python -m gpu_runner.bundle_run``) and
+judges them together.
 """
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from coverfarm.digest import bundle_digest
+from coverfarm.hostlock import HostLock, held
 from gpu_runner import runtime
 from gpu_runner import runtime as runtime_module  # ``run_bundle``'s ``runtime`` argument hides the name
+from gpu_runner.hostload import LoadMeter, host_id
 from gpu_runner.manifest import BundleError, Manifest, Plan, load_manifest
 from gpu_runner.native_runtime import NativeProgram, NativeRuntime, shader_cache_state
 from gpu_runner.probe import probe
@@ -30,16 +41,16 @@ from gpu_runner.result import (
     LatencyStats,
     LoadReport,
     OutputCheck,
+    OutputStability,
     ProbeReport,
     ProgramCheck,
     RuntimeIdentity,
+    TimingRules,
     Tolerance,
 )
-from gpu_runner.runtime_choice import RuntimeChoice, choose_runtime
-from gpu_runner.stats import latency_stats
+from gpu_runner.runtime_choice import CHOICES, RuntimeChoice, choose_runtime
+from gpu_runner.stats import latency_stats, mark_isolation, replica
 
-DEFAULT_WARMUP = 3
-DEFAULT_ITERATIONS = 20
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 Programs = Mapping[str, runtime.Program]
@@ -63,14 +74,20 @@ def run_bundle(
     bundle: Path,
     *,
     expected_sha256: str | None = None,
-    warmup: int = DEFAULT_WARMUP,
-    iterations: int = DEFAULT_ITERATIONS,
+    rules: TimingRules | None = None,
     runtime: RuntimeChoice | runtime_module.ProgramRuntime = "auto",
     executor_runner: Path | None = None,
+    lock: HostLock | None = None,
+    lock_wait_s: float = 0.0,
+    runner_id: int | None = None,
     server_mode: bool = True,
 ) -> DeviceResult:
     """``runtime``: ``auto``, ``python``, ``native`` or a runtime object; ``executor_runner``: the native
-    binary (default ``COVERFARM_EXECUTOR_RUNNER``); ``server_mode=False``: one native process per call."""
+    binary (default ``COVERFARM_EXECUTOR_RUNNER``); ``lock``: the host's timing lock, held exclusive for
+    the whole run (waiting at most ``lock_wait_s`` for the stages that hold it); ``gpu_runner.replicas``
+    holds it around all its replicas instead and gives them none; ``server_mode=False``: one native
+    process per call."""
+    rules = rules or TimingRules()
     try:
         sha = verify(bundle, expected_sha256)
         manifest = load_manifest(bundle)
@@ -111,20 +128,24 @@ def run_bundle(
         probe=report,
         tolerance=Tolerance(rtol=manifest.tolerance.rtol, atol=manifest.tolerance.atol),
         status="ok",
+        runner_id=runner_id,
+        host_id=host_id(),
     )
     try:
-        if isinstance(engine, runtime_module.PythonRuntime):
-            engine.prepare()  # import it first, so this times loading the programs and nothing else
-        cache = shader_cache_state() if manifest.backend == "vulkan" else None
-        start = time.perf_counter()
-        programs = {
-            p.name: engine.load_program(p, bundle / p.pte, manifest.backend) for p in manifest.programs
-        }
-        load_ms = (time.perf_counter() - start) * 1e3
-        result.load = load_report(programs, cache)
-        result.testcase = replay_testcase(bundle, manifest, programs)
-        result.frames = check_frames(bundle, manifest, programs)
-        result.latency = time_chunk(bundle, manifest, programs, warmup, iterations, load_ms, engine=engine)
+        with held(lock, lock_wait_s) as isolation:
+            if isinstance(engine, runtime_module.PythonRuntime):
+                engine.prepare()  # import it first, so this times loading the programs and nothing else
+            cache = shader_cache_state() if manifest.backend == "vulkan" else None
+            start = time.perf_counter()
+            programs = {
+                p.name: engine.load_program(p, bundle / p.pte, manifest.backend) for p in manifest.programs
+            }
+            load_ms = (time.perf_counter() - start) * 1e3
+            result.load = load_report(programs, cache)
+            result.testcase = replay_testcase(bundle, manifest, programs)
+            result.frames = check_frames(bundle, manifest, programs)
+            result.latency = time_chunk(bundle, manifest, programs, rules, load_ms, engine=engine)
+        mark_isolation(result.latency, isolation)
     except (runtime_module.RuntimeFailure, BundleError) as error:
         result.status, result.error = "failed", str(error)
         failure = error.failure if isinstance(error, runtime_module.RuntimeFailure) else None
@@ -220,7 +241,19 @@ def _verdict(result: DeviceResult, atol: float, rtol: float) -> str | None:
     if result.frames and not result.frames.passed:
         worst = max((o for o in result.frames.outputs if not o.passed), key=lambda o: o.max_abs_error)
         return f"frames differ from the reference: {worst.name} max abs error {worst.max_abs_error:.3g}"
-    return None
+    return unstable_outputs(result.latency)
+
+
+def unstable_outputs(latency: LatencyStats | None) -> str | None:
+    """``output not stable: k of N executions differ`` over every replica's timed executions; None when
+    every compared execution matched its reference."""
+    checked = [r.outputs for r in (latency.replicas if latency else []) if r.outputs is not None]
+    differing = sum(o.differing for o in checked)
+    if not differing:
+        return None
+    executions = sum(o.executions for o in checked)
+    first = next(o.first for o in checked if o.differing)
+    return f"output not stable: {differing} of {executions} executions differ ({first})"
 
 
 def _device_class(classes: list[str], backend: str | None) -> str | None:
@@ -361,25 +394,110 @@ def check_frames(bundle: Path, manifest: Manifest, programs: Programs) -> Frames
     return FramesCheck(frames=manifest.frames, outputs=outputs_checked, passed=all(passed.values()))
 
 
+class OutputChecker:
+    """``ChunkWork.check``: each timed chunk's plan outputs against the reference of its frame."""
+
+    def __init__(self, manifest: Manifest, references: Mapping[str, np.ndarray], frames: int) -> None:
+        self.manifest, self.references, self.frames = manifest, references, frames
+        self.executions = self.differing = 0
+        self.first: str | None = None
+
+    def __call__(self, index: int, outputs: Mapping[str, np.ndarray]) -> None:
+        frame = index % self.frames
+        rtol, atol = self.manifest.tolerance.rtol, self.manifest.tolerance.atol
+        self.executions += 1
+        for name in self.manifest.plan.outputs:
+            expected = _take(self.references, f"{frame}/{name}", "references.npz")
+            actual = outputs.get(name)
+            if actual is None or actual.shape != expected.shape or not _close(actual, expected, rtol, atol):
+                self.differing += 1
+                if self.first is None:
+                    error = (
+                        "missing or misshapen"
+                        if actual is None or actual.shape != expected.shape
+                        else (f"max abs error {_max_abs(actual, expected):.3g}")
+                    )
+                    self.first = f"timed chunk {self.executions} on frame {frame}: {name} {error}"
+                return
+
+    def stability(self, note: str | None) -> OutputStability:
+        return OutputStability(
+            executions=0 if note else self.executions,
+            differing=self.differing,
+            first=self.first,
+            note=note,
+        )
+
+
 def time_chunk(
     bundle: Path,
     manifest: Manifest,
     programs: Programs,
-    warmup: int,
-    iterations: int,
+    rules: TimingRules,
     load_ms: float,
     engine: runtime.ProgramRuntime | None = None,
 ) -> LatencyStats:
-    """Frame 0's action chunk, timed the way ``engine`` can time it honestly (its ``time_chunk``)."""
+    """The action chunk, cycling over the bundle's frames (or frame 0 alone, ``rules.inputs``), timed the
+    way ``engine`` can time it honestly (its ``time_chunk``) under ``rules``, the host's load recorded."""
     engine = engine or runtime_module.PythonRuntime()
-    env = _frame_env(manifest, _npz(bundle, "frames.npz"), _npz(bundle, "constants.npz"), 0)
-    record: Recorded = []
-    if isinstance(engine, NativeRuntime) and not engine.server_mode:
-        run_plan(manifest.plan, programs, env, record)  # it times each call apart, on its real inputs
-    calls = [(programs[name], inputs) for name, inputs in record]
-    samples, method = engine.time_chunk(
-        lambda: run_plan(manifest.plan, programs, env), calls, warmup, iterations
+    frames, constants = _npz(bundle, "frames.npz"), _npz(bundle, "constants.npz")
+    count = manifest.frames if rules.inputs == "cycle" else 1
+    envs = [_frame_env(manifest, frames, constants, i) for i in range(count)]
+    recorded: dict[int, Recorded] = {}
+
+    def calls(index: int) -> Sequence[tuple[runtime.Program, Sequence[np.ndarray]]]:
+        frame = index % count
+        if frame not in recorded:  # each call's real inputs (fed back), from one untimed run
+            recorded[frame] = []
+            run_plan(manifest.plan, programs, envs[frame], recorded[frame])
+        return [(programs[name], inputs) for name, inputs in recorded[frame]]
+
+    checker = OutputChecker(manifest, _npz(bundle, "references.npz"), count)
+    work = runtime_module.ChunkWork(
+        frames=count,
+        run=lambda index: run_plan(manifest.plan, programs, envs[index % count]),
+        calls=calls,
+        check=checker,
     )
-    stats = latency_stats(samples, warmup, load_ms)
-    stats.method = method
+    meter = LoadMeter().start()
+    timed = engine.time_chunk(work, rules)
+    load = meter.stop()
+    part = replica(timed.samples_ms, timed.warmup, timed.seconds, timed.stopped)
+    part.host_load = load
+    part.outputs = checker.stability(timed.outputs_note)
+    stats = latency_stats(timed.samples_ms, timed.warmup, load_ms, rules, [part])
+    stats.method, stats.frames = timed.method, count
     return stats
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """One replica in a fresh process: ``python -m gpu_runner.bundle_run DIR --out F --rules JSON``."""
+    parser = argparse.ArgumentParser(prog="python -m gpu_runner.bundle_run")
+    parser.add_argument("bundle", type=Path)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--sha256")
+    parser.add_argument("--rules", required=True, help="TimingRules as JSON")
+    parser.add_argument("--runtime", choices=CHOICES, default="auto")
+    parser.add_argument("--executor-runner", type=Path)
+    parser.add_argument("--lock", type=Path, help="the host's timing lock file")
+    parser.add_argument("--lock-wait", type=float, default=0.0)
+    parser.add_argument("--runner-id", type=int)
+    parser.add_argument("--no-server-mode", dest="server_mode", action="store_false")
+    args = parser.parse_args(argv)
+    result = run_bundle(
+        args.bundle,
+        expected_sha256=args.sha256,
+        rules=TimingRules.model_validate_json(args.rules),
+        runtime=args.runtime,
+        executor_runner=args.executor_runner,
+        lock=HostLock(args.lock) if args.lock else None,
+        lock_wait_s=args.lock_wait,
+        runner_id=args.runner_id,
+        server_mode=args.server_mode,
+    )
+    args.out.write_text(result.model_dump_json(indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

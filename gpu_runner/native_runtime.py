@@ -38,16 +38,31 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, cast
 
 import numpy as np
 
 from gpu_runner.manifest import ProgramSpec, TensorSpec
-from gpu_runner.result import DeviceFailure, FailureKind, NativeRuntimeInfo, ProgramLoad, short_message
-from gpu_runner.runtime import RUNTIME_BACKEND, Program, RuntimeFailure, RuntimeKind, time_whole_chunks
+from gpu_runner.result import (
+    DeviceFailure,
+    FailureKind,
+    NativeRuntimeInfo,
+    ProgramLoad,
+    TimingRules,
+    short_message,
+)
+from gpu_runner.runtime import (
+    RUNTIME_BACKEND,
+    ChunkWork,
+    Program,
+    RuntimeFailure,
+    RuntimeKind,
+    TimedChunks,
+)
+from gpu_runner.stats import MIN_REACHED, timed_loop
 
 ENV_VAR = "COVERFARM_EXECUTOR_RUNNER"
 VERSION_ENV_VAR = "COVERFARM_EXECUTOR_RUNNER_VERSION"
@@ -697,23 +712,40 @@ class NativeRuntime:
             return f"{cause} ({needed} is not linked into {self.binary})"
         return cause
 
-    def time_chunk(
-        self,
-        chunk: Callable[[], object],
-        calls: Sequence[tuple[Program, Sequence[np.ndarray]]],
-        warmup: int,
-        iterations: int,
-    ) -> tuple[list[float], str]:
-        """With server mode, whole chunks through the live processes; otherwise each call of the plan,
-        on its own inputs, ``warmup + iterations`` times in one process, from what the processes logged."""
+    def time_chunk(self, work: ChunkWork, rules: TimingRules) -> TimedChunks:
+        """With server mode, whole chunks through the live processes under ``rules``' bounds, each
+        timed chunk's outputs checked (as the Python runtime does). Otherwise each call of the plan, on
+        its own inputs, ``rules.warmup`` + N times in one process, N the rules' minimum count spread
+        over the frames, timed from what the processes logged; their outputs are not handed back."""
         if self.server_mode:
-            return time_whole_chunks(chunk, warmup, iterations), self.SERVER_METHOD
-        logs = []
-        for program, inputs in calls:
-            if not isinstance(program, NativeProgram):
-                raise TypeError(f"{program.name} was not loaded by the native runtime")
-            logs.append((program.name, program.invoke(inputs, warmup + iterations, outputs=False).log))
-        return chunk_samples(logs, warmup, iterations)
+
+            def check(index: int, outputs: object, _ms: float) -> None:
+                work.check(index, cast(Mapping[str, np.ndarray], outputs))
+
+            timed = timed_loop(work.run, rules, after=check)
+            return TimedChunks(**vars(timed), method=self.SERVER_METHOD)
+        total = rules.min_chunks
+        frames = min(work.frames, total)
+        samples: list[float] = []
+        method = ""
+        for frame in range(frames):
+            count = total // frames + (1 if frame < total % frames else 0)
+            logs = []
+            for program, inputs in work.calls(frame):
+                if not isinstance(program, NativeProgram):
+                    raise TypeError(f"{program.name} was not loaded by the native runtime")
+                logs.append((program.name, program.invoke(inputs, rules.warmup + count, outputs=False).log))
+            taken, method = chunk_samples(logs, rules.warmup, count)
+            samples += taken
+        return TimedChunks(
+            samples_ms=samples,
+            warmup=rules.warmup,
+            seconds=sum(samples) / 1e3,
+            stopped=MIN_REACHED
+            + " (a fixed count: one process per call does not bound its executions in time)",
+            method=method,
+            outputs_note="one process per call hands back no outputs of its timed executions",
+        )
 
 
 def _text(value: str | bytes | None) -> str:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Literal, Self
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 RESULT_FORMAT = 1
 
@@ -118,11 +118,97 @@ class FramesCheck(BaseModel):
     passed: bool
 
 
+class TimingRules(BaseModel):
+    """How a latency is measured and when it is trusted. The defaults are the farm's settings
+    (``COVERFARM_TIMING__<FIELD>``, ``coverfarm.settings``); every latency records the rules it met.
+
+    Each replica (a fresh process) runs up to ``warmup`` untimed chunks (fewer when they already took
+    ``min_s``), then times chunks until it has at least ``min_chunks`` and ``min_s`` seconds of them,
+    stopping at ``max_s`` seconds or ``max_chunks`` chunks whatever it has. A measurement is stable
+    when it has ``replicas`` replicas, each with a coefficient of variation at most ``max_cv``, whose
+    medians agree within ``replica_tolerance`` (largest over smallest, minus one).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    warmup: int = Field(3, ge=0)
+    min_chunks: int = Field(5, ge=1)
+    min_s: float = Field(2.0, ge=0)
+    max_s: float = Field(60.0, gt=0)
+    max_chunks: int = Field(1000, ge=1)
+    replicas: int = Field(2, ge=1)
+    max_cv: float = Field(0.05, gt=0)
+    replica_tolerance: float = Field(0.05, gt=0)
+    # cycle: timed chunk i runs frame i mod frames (both sides of a speed-up do); frame0: frame 0 only
+    inputs: Literal["cycle", "frame0"] = "cycle"
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.max_s < self.min_s:
+            raise ValueError(f"max_s ({self.max_s:g}) must be at least min_s ({self.min_s:g})")
+        if self.max_chunks < self.min_chunks:
+            raise ValueError(
+                f"max_chunks ({self.max_chunks}) must be at least min_chunks ({self.min_chunks})"
+            )
+        return self
+
+
+class HostLoad(BaseModel):
+    """What else ran on the host while a replica was timed (``gpu_runner.hostload``, from ``/proc``)."""
+
+    cores: int
+    window_s: float
+    loadavg_1m_start: float | None = None
+    loadavg_1m_end: float | None = None
+    # None when the window was too short for /proc's clock ticks (gpu_runner.hostload.MIN_WINDOW_S)
+    busy_cores: float | None = None  # all CPU time spent on the host over the window, in cores
+    own_cores: float | None = None  # of it, the timing process's own (and its reaped children's)
+    other_cores: float | None = None  # of it, every other process's: what the timing shared the host with
+
+
+class Isolation(BaseModel):
+    """The host-level timing lock (``coverfarm.hostlock``) a replica held while it was timed."""
+
+    lock: str  # the lock file
+    acquired: bool  # False: it waited ``waited_s`` (its bound) and timed beside what held the lock
+    waited_s: float
+    held_from: datetime | None = None
+    held_to: datetime | None = None
+
+
+class OutputStability(BaseModel):
+    """Each timed chunk's plan outputs compared with the eager reference of its frame (the tolerance)."""
+
+    executions: int  # timed chunks whose outputs were compared
+    differing: int
+    first: str | None = None  # the first differing execution: chunk, frame, output and its error
+    note: str | None = None  # why executions were not compared (a runtime that cannot hand them back)
+
+
+class Replica(BaseModel):
+    """One fresh process's measurement, summarised (its samples are in the latency's ``samples_ms``)."""
+
+    warmup: int
+    iterations: int
+    seconds: float  # timed seconds (warm-up excluded)
+    stopped: str  # why it stopped: "min_chunks and min_s reached", "max_s reached", "max_chunks reached"
+    median_ms: float
+    p90_ms: float
+    min_ms: float
+    cv: float
+    host_load: HostLoad | None = None
+    isolation: Isolation | None = None
+    outputs: OutputStability | None = None
+    threads: int | None = None  # the eager baseline's torch threads (the host's free cores)
+
+
 class LatencyStats(BaseModel):
     """Milliseconds per action chunk (every call of the plan, in order, batch 1) in steady state.
 
     A sample includes handing numpy arrays to the runtime (zero-copy) and taking its outputs back (one
     copy each), as the runner does for real; it excludes loading, which ``load_ms`` measures apart.
+    The summary is over every replica's samples together; ``stable`` says whether the number may be
+    trusted (``unstable_reasons`` why not): a speed-up needs two stable measurements.
     """
 
     warmup: int
@@ -136,6 +222,12 @@ class LatencyStats(BaseModel):
     stable: bool
     load_ms: float  # loading every program and method, measured apart from the steady state
     method: str | None = None  # what one sample covers, as the runtime that produced it measured it
+    # The fields below came with time-bounded, replicated timing; documents stored before lack them.
+    rules: TimingRules | None = None
+    frames: int | None = None  # the distinct frames the timed chunks cycled over (1: frame 0 only)
+    replicas: list[Replica] = Field(default_factory=list)
+    replica_spread: float | None = None  # largest replica median over the smallest, minus one
+    unstable_reasons: list[str] = Field(default_factory=list)
 
 
 class ProgramLoad(BaseModel):
@@ -244,3 +336,6 @@ class DeviceResult(BaseModel):
     status: Literal["ok", "failed"]
     error: str | None = None
     finished_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    # Who timed it where: a speed-up divides two measurements of the same runner on the same host.
+    runner_id: int | None = None  # the enrolled runner of this host (its runner.json), None if none
+    host_id: str | None = None  # gpu_runner.hostload.host_id(): machine id and host name

@@ -18,15 +18,16 @@ from __future__ import annotations
 import importlib.metadata
 import re
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 import numpy as np
 
 from gpu_runner.manifest import ProgramSpec
-from gpu_runner.result import DeviceFailure
+from gpu_runner.result import DeviceFailure, TimingRules
+from gpu_runner.stats import Timed, timed_loop
 
 # The runtime name of each coverfarm backend's delegate, as ``backend_registry`` lists it.
 RUNTIME_BACKEND = {"vulkan": "VulkanBackend", "xnnpack": "XnnpackBackend"}
@@ -143,12 +144,41 @@ class Program(Protocol):
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]: ...
 
 
+@dataclass(frozen=True)
+class ChunkWork:
+    """What a runtime times: the bundle's action chunk, chunk ``i`` on frame ``frame(i)``.
+
+    ``run(i)`` runs chunk ``i`` in this process and returns the plan's outputs; ``calls(i)`` gives the
+    plan's program calls of chunk ``i``'s frame with their real inputs (fed back, from an untimed run),
+    for a runtime that times each call apart; ``check(i, outputs)`` compares a timed chunk's outputs with
+    the reference of its frame and must be called outside the timed window for every timed chunk.
+    """
+
+    frames: int  # distinct inputs the chunks cycle over (1: frame 0 only)
+    run: Callable[[int], Mapping[str, np.ndarray]]
+    calls: Callable[[int], Sequence[tuple[Program, Sequence[np.ndarray]]]]
+    check: Callable[[int, Mapping[str, np.ndarray]], None]
+
+    def frame(self, index: int) -> int:
+        return index % self.frames
+
+
+@dataclass
+class TimedChunks(Timed):
+    """A runtime's timed chunks: the loop's samples, what one sample covers, and whether every timed
+    chunk's outputs went through ``ChunkWork.check`` (``outputs_note`` says why not)."""
+
+    method: str = ""
+    outputs_note: str | None = None
+
+
 class ProgramRuntime(Protocol):
     """A way to execute a bundle's programs on this host.
 
-    ``time_chunk`` returns the steady-state milliseconds of each timed action chunk and one sentence
-    saying what a sample covers, because the two runtimes cannot measure the same thing: in-process
-    calls are timed end to end, a binary that runs one call per process only from its own logs.
+    ``time_chunk`` times ``work``'s chunks under ``rules`` (``gpu_runner.stats.timed_loop`` bounds an
+    in-process loop; a runtime that cannot loop in process follows the same rules its own way) and says
+    what a sample covers, because the runtimes cannot measure the same thing: in-process calls are timed
+    end to end, a binary that runs one call per process only from its own logs.
     """
 
     kind: RuntimeKind
@@ -157,13 +187,7 @@ class ProgramRuntime(Protocol):
 
     def load_program(self, spec: ProgramSpec, pte: Path, backend: str | None) -> Program: ...
 
-    def time_chunk(
-        self,
-        chunk: Callable[[], object],
-        calls: Sequence[tuple[Program, Sequence[np.ndarray]]],
-        warmup: int,
-        iterations: int,
-    ) -> tuple[list[float], str]: ...
+    def time_chunk(self, work: ChunkWork, rules: TimingRules) -> TimedChunks: ...
 
     def close(self) -> None:
         """Stop whatever the runtime keeps running for its loaded programs."""
@@ -175,7 +199,7 @@ class PythonRuntime:
     kind: RuntimeKind = "python"
     LATENCY_METHOD = (
         "wall clock of each whole action chunk in the runner process (executorch.runtime), numpy "
-        "hand-over included, loading excluded"
+        "hand-over included, loading and the output check excluded"
     )
 
     def prepare(self) -> None:
@@ -191,23 +215,9 @@ class PythonRuntime:
     def load_program(self, spec: ProgramSpec, pte: Path, backend: str | None) -> Program:
         return load_program(spec.name, pte, backend)
 
-    def time_chunk(
-        self,
-        chunk: Callable[[], object],
-        calls: Sequence[tuple[Program, Sequence[np.ndarray]]],
-        warmup: int,
-        iterations: int,
-    ) -> tuple[list[float], str]:
-        return time_whole_chunks(chunk, warmup, iterations), self.LATENCY_METHOD
+    def time_chunk(self, work: ChunkWork, rules: TimingRules) -> TimedChunks:
+        def check(index: int, outputs: object, _ms: float) -> None:
+            work.check(index, cast(Mapping[str, np.ndarray], outputs))
 
-
-def time_whole_chunks(chunk: Callable[[], object], warmup: int, iterations: int) -> list[float]:
-    """Milliseconds of each of ``iterations`` whole chunks after ``warmup`` untimed ones."""
-    for _ in range(warmup):
-        chunk()
-    samples = []
-    for _ in range(iterations):
-        start = time.perf_counter_ns()
-        chunk()
-        samples.append((time.perf_counter_ns() - start) / 1e6)
-    return samples
+        timed = timed_loop(work.run, rules, after=check)
+        return TimedChunks(**vars(timed), method=self.LATENCY_METHOD)

@@ -1,35 +1,167 @@
-"""Latency statistics from raw samples: every sample is kept, the summary is computed from them."""
+"""Latency measured under time bounds, and statistics from raw samples: every sample is kept.
+
+``timed_loop`` is how both sides of a speed-up take their samples (a device runtime's in-process chunks,
+eager PyTorch's): warm-up, then chunks until the rules' minimum count and seconds are met, never past
+their maximum. ``replica`` summarises one process's samples, and ``combine`` judges the replicas
+together: a measurement is stable only with enough replicas, each within the CV threshold, whose medians
+agree (``TimingRules``). Each reason it is not stable is kept, so the cell can say why.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from gpu_runner.result import LatencyStats
+from gpu_runner.result import Isolation, LatencyStats, Replica, TimingRules
 
-# A coefficient of variation above this means the host was too noisy for the median to be trusted
-# (shared cores, thermal throttling); the numbers are still reported, flagged unstable.
-STABLE_CV = 0.05
+MIN_REACHED, MAX_S_REACHED, MAX_CHUNKS_REACHED = (
+    "min_chunks and min_s reached",
+    "max_s reached",
+    "max_chunks reached",
+)
 
 
-def latency_stats(samples_ms: Sequence[float], warmup: int, load_ms: float) -> LatencyStats:
+@dataclass
+class Timed:
+    """One process's timed chunks: the samples and how the loop ended."""
+
+    samples_ms: list[float]
+    warmup: int  # warm-up chunks actually run
+    seconds: float  # timed seconds, warm-up excluded
+    stopped: str
+
+
+def timed_loop(
+    run: Callable[[int], object],
+    rules: TimingRules,
+    after: Callable[[int, object, float], None] | None = None,
+) -> Timed:
+    """Call ``run(i)`` (chunk ``i``: warm-up chunks first, then timed ones, numbered on) under ``rules``.
+
+    Only ``run`` is inside the timed window; ``after(i, returned, ms)`` (the output check) runs outside it
+    and its time counts towards no bound, so a slow check never cuts the measurement short. Warm-up
+    stops after ``rules.warmup`` chunks or once it has taken ``rules.min_s``, whichever comes first."""
+    index = 0
+    spent = 0.0
+    while index < rules.warmup and (index == 0 or spent < rules.min_s):
+        begin = time.perf_counter()
+        run(index)
+        spent += time.perf_counter() - begin
+        index += 1
+    warmup = index
+    samples: list[float] = []
+    timed = 0.0
+    while True:
+        begin = time.perf_counter_ns()
+        returned = run(index)
+        elapsed = (time.perf_counter_ns() - begin) / 1e9
+        samples.append(elapsed * 1e3)
+        timed += elapsed
+        if after is not None:
+            after(index, returned, samples[-1])
+        index += 1
+        if len(samples) >= rules.min_chunks and timed >= rules.min_s:
+            return Timed(samples, warmup, timed, MIN_REACHED)
+        if timed >= rules.max_s:
+            return Timed(samples, warmup, timed, MAX_S_REACHED)
+        if len(samples) >= rules.max_chunks:
+            return Timed(samples, warmup, timed, MAX_CHUNKS_REACHED)
+
+
+def _summary(samples_ms: Sequence[float]) -> tuple[float, float, float, float, float]:
+    """median, p90, min, mean and CV (sample standard deviation over the mean; 0 for one sample)."""
     if not samples_ms:
         raise ValueError("no timed samples")
     samples = np.asarray(samples_ms, dtype=np.float64)
     mean = float(samples.mean())
-    # Sample standard deviation (ddof=1); a single sample has no spread to speak of.
     std = float(samples.std(ddof=1)) if samples.size > 1 else 0.0
     cv = std / mean if mean > 0 else 0.0
+    return float(np.median(samples)), float(np.percentile(samples, 90)), float(samples.min()), mean, cv
+
+
+def replica(samples_ms: Sequence[float], warmup: int, seconds: float, stopped: str) -> Replica:
+    median, p90, low, _mean, cv = _summary(samples_ms)
+    return Replica(
+        warmup=warmup,
+        iterations=len(samples_ms),
+        seconds=round(seconds, 4),
+        stopped=stopped,
+        median_ms=median,
+        p90_ms=p90,
+        min_ms=low,
+        cv=cv,
+    )
+
+
+def latency_stats(
+    samples_ms: Sequence[float],
+    warmup: int,
+    load_ms: float,
+    rules: TimingRules | None = None,
+    replicas: Sequence[Replica] | None = None,
+) -> LatencyStats:
+    """The summary of ``samples_ms`` (every replica's, together) and the verdict on ``replicas`` (one
+    replica of all the samples when not given) under ``rules`` (the defaults when not given)."""
+    rules = rules or TimingRules()
+    median, p90, low, mean, cv = _summary(samples_ms)
+    parts = list(replicas) if replicas else [replica(samples_ms, warmup, 0.0, "not recorded")]
+    reasons = unstable_reasons(parts, rules)
+    medians = [part.median_ms for part in parts]
     return LatencyStats(
         warmup=warmup,
-        iterations=int(samples.size),
-        samples_ms=[float(s) for s in samples],
-        median_ms=float(np.median(samples)),
-        p90_ms=float(np.percentile(samples, 90)),
-        min_ms=float(samples.min()),
+        iterations=len(samples_ms),
+        samples_ms=[float(s) for s in samples_ms],
+        median_ms=median,
+        p90_ms=p90,
+        min_ms=low,
         mean_ms=mean,
         cv=cv,
-        stable=samples.size > 1 and cv <= STABLE_CV,
+        stable=not reasons,
         load_ms=load_ms,
+        rules=rules,
+        replicas=parts,
+        replica_spread=max(medians) / min(medians) - 1 if min(medians) > 0 else None,
+        unstable_reasons=reasons,
     )
+
+
+def unstable_reasons(replicas: Sequence[Replica], rules: TimingRules) -> list[str]:
+    """Why these replicas do not give a number to trust; empty when they do."""
+    reasons = []
+    if len(replicas) < rules.replicas:
+        reasons.append(f"{len(replicas)} replica{'s' if len(replicas) != 1 else ''} (needs {rules.replicas})")
+    for number, part in enumerate(replicas, 1):
+        if part.iterations < 2:
+            reasons.append(f"replica {number} timed {part.iterations} chunk ({part.stopped}): no spread")
+        elif part.cv > rules.max_cv:
+            reasons.append(f"replica {number}: CV {part.cv:.3f} over {rules.max_cv:g}")
+    medians = [part.median_ms for part in replicas]
+    if len(medians) > 1 and min(medians) > 0:
+        spread = max(medians) / min(medians) - 1
+        if spread > rules.replica_tolerance:
+            shown = ", ".join(f"{m:.4g}" for m in medians)
+            reasons.append(
+                f"replica medians {shown} ms differ by {spread:.1%} (over {rules.replica_tolerance:.0%})"
+            )
+    return reasons
+
+
+def combine(parts: Sequence[LatencyStats], rules: TimingRules) -> LatencyStats:
+    """Replicas from fresh processes, each measured alone (one replica each), as one measurement."""
+    if not parts:
+        raise ValueError("no replicas")
+    samples = [s for part in parts for s in part.samples_ms]
+    replicas = [r for part in parts for r in part.replicas]
+    combined = latency_stats(samples, parts[0].warmup, parts[0].load_ms, rules, replicas)
+    combined.method, combined.frames = parts[0].method, parts[0].frames
+    return combined
+
+
+def mark_isolation(latency: LatencyStats | None, isolation: Isolation | None) -> None:
+    """Record on every replica the one hold of the host's timing lock they were all timed in."""
+    if latency is not None and isolation is not None:
+        for part in latency.replicas:
+            part.isolation = isolation

@@ -31,14 +31,15 @@ NO_IMPLEMENTATION = "no operator implementation"
 @dataclass(frozen=True)
 class Backend:
     name: str
-    make_partitioner: Callable[[], Partitioner]
+    # force_fp16: the Vulkan partitioner's compile option; no other backend takes it
+    make_partitioner: Callable[..., Partitioner]
     uses_capability_partitioner: bool  # partitions through torch.fx's CapabilityBasedPartitioner
 
 
-def _vulkan_partitioner() -> Partitioner:
+def _vulkan_partitioner(force_fp16: bool = False) -> Partitioner:
     from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
 
-    return VulkanPartitioner()
+    return VulkanPartitioner({"force_fp16": True}) if force_fp16 else VulkanPartitioner()
 
 
 def _xnnpack_partitioner() -> Partitioner:

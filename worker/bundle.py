@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from coverfarm.digest import bundle_digest
-from coverfarm.result import Bundle, ResultDocument
+from coverfarm.result import FP16_TOLERANCE, Bundle, ResultDocument
 
 MANIFEST = "manifest.json"
 BUNDLE_FORMAT = 1
@@ -82,6 +82,8 @@ def write_bundle(
         "substitutions": trace["substitutions"],
         "versions": doc.versions,
     }
+    if doc.options.force_fp16:  # fp16 on the device, compared with eager fp32 by fp16's tolerance
+        manifest.update(tolerance=FP16_TOLERANCE, precision="fp16")
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
     sha = bundle_digest(staging)
     final = root / sha

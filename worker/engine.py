@@ -22,6 +22,7 @@ from typing import Any
 
 from coverfarm import catalog
 from coverfarm.errors import UserError
+from coverfarm.hostlock import host_lock
 from coverfarm.offline_causes import no_offline_build
 from coverfarm.result import (
     ErrorInfo,
@@ -79,6 +80,8 @@ def validate(policy: str, backend: str, options: Options) -> None:
         raise UserError(str(error)) from None
     if options.weights == "fake" and options.checkpoint is not None:
         raise UserError("weights fake builds the policy without weights: it cannot use a checkpoint")
+    if options.force_fp16 and backend != "vulkan":
+        raise UserError(f"force_fp16 is a Vulkan partitioner option; backend {backend} has none")
     if options.checkpoint is not None:
         path = Path(options.checkpoint)
         if not path.is_dir() or not os.access(path, os.R_OK):
@@ -147,6 +150,7 @@ def trace(
         bounds={"trace": options.timeout_s, "reference": options.timeout_s},
         first_phase="trace",
         log_path=work / "trace.log",
+        host_lock=host_lock(),
     )
     seconds = sum(run.phase_seconds.values())
     memory = _megabytes(run.phase_peak_bytes)
@@ -264,12 +268,14 @@ def lower(
             options.lowering,
             "--out",
             str(lowered),
+            *(["--force-fp16"] if options.force_fp16 else []),
         ],
         events_path=work / "lower.events.jsonl",
         bounds={"partition": options.timeout_s, "export": options.timeout_s},
         first_phase="partition",
         log_path=work / "lower.log",
         on_event=report,
+        host_lock=host_lock(),
     )
     fold_lower_events(doc, manifest, trace_dir, run, options.timeout_s)
     memory = _megabytes(run.phase_peak_bytes)

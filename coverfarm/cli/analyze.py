@@ -70,6 +70,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "auto: fake when the real-weight peak is estimated over this worker's memory "
         f"(COVERFARM_WORKER_MEMORY_GB, default MemTotal) ({DEFAULTS.weights})",
     )
+    parser.add_argument(
+        "--force-fp16",
+        action="store_true",
+        help="Vulkan only: VulkanPartitioner({'force_fp16': True}); the bundle then states fp16's tolerance",
+    )
     parser.set_defaults(func=run)
 
 
@@ -81,6 +86,8 @@ def options_of(args: argparse.Namespace) -> Options:
         raise UserError(f"checkpoint {args.checkpoint} is not a readable directory")
     if args.weights == "fake" and args.checkpoint is not None:
         raise UserError("--weights fake builds the policy without weights: it cannot use --checkpoint")
+    if args.force_fp16 and args.backend != "vulkan":
+        raise UserError(f"--force-fp16 is a Vulkan partitioner option; backend {args.backend} has none")
     try:
         return Options(
             timeout_s=args.timeout,
@@ -90,6 +97,7 @@ def options_of(args: argparse.Namespace) -> Options:
             constant_prop=args.constant_prop,
             lowering=args.lowering,
             weights=args.weights,
+            force_fp16=args.force_fp16,
         )
     except ValidationError as error:
         first = error.errors()[0]

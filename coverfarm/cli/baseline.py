@@ -9,6 +9,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from coverfarm import catalog
+from coverfarm.cli.timing_options import add_timing_options, timing_rules
 from coverfarm.errors import UserError
 from coverfarm.result import Options
 
@@ -22,10 +23,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Build a policy with the engine's adapter and time its eager action chunk here.",
     )
     parser.add_argument("--policy", required=True, help="LeRobot policy type, e.g. act")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed chunks before timing (3)")
-    parser.add_argument("--iterations", type=int, default=20, help="timed chunks (20)")
+    add_timing_options(parser)
     parser.add_argument(
-        "--frames", type=int, default=1, help="timed chunks cycle over frames 0..N-1, 1-16 (1: frame 0)"
+        "--frames",
+        type=int,
+        default=16,
+        help="the bundle's frames, 1-16 (16): timed chunks cycle over them unless --inputs frame0",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights (0)")
     parser.add_argument(
@@ -41,10 +44,10 @@ def run(args: argparse.Namespace) -> int:
     problem = catalog.check_policy(args.policy)
     if problem:
         raise UserError(problem)
-    if args.warmup < 0:
-        raise UserError(f"--warmup must be 0 or more, got {args.warmup}")
-    if args.iterations < 1:
-        raise UserError(f"--iterations must be at least 1, got {args.iterations}")
+    from coverfarm.settings import get_settings
+
+    settings = get_settings()
+    rules = timing_rules(args, settings)
     if not 1 <= args.frames <= MAX_FRAMES:
         raise UserError(f"--frames must be 1 to {MAX_FRAMES}, got {args.frames}")
     if args.timeout <= 0:
@@ -56,20 +59,24 @@ def run(args: argparse.Namespace) -> int:
             timeout_s=args.timeout,
             seed=args.seed,
             checkpoint=str(args.checkpoint.resolve()) if args.checkpoint else None,
+            frames=args.frames,
         )
     except ValidationError as error:
         first = error.errors()[0]
         raise UserError(f"--{first['loc'][0]}: {first['msg']}") from None
 
-    from worker.baseline import measure_baseline  # the measuring itself runs in a child process
+    from coverfarm.cli.runner_farm import enrolled_runner_id
+    from coverfarm.hostlock import HostLock
+    from worker.baseline import measure_baseline  # the measuring itself runs in child processes
 
     result = measure_baseline(
         args.policy,
         options,
-        frames=args.frames,
-        warmup=args.warmup,
-        iterations=args.iterations,
+        rules,
         progress=lambda message: print(message, file=sys.stderr, flush=True),
+        lock=HostLock(settings.timing_lock_path),
+        lock_wait_s=settings.timing_lock_wait_s,
+        runner_id=args.runner_id if args.runner_id is not None else enrolled_runner_id(args),
     )
     if args.out is not None:
         args.out.write_text(result.model_dump_json(indent=2) + "\n")
@@ -77,11 +84,13 @@ def run(args: argparse.Namespace) -> int:
         print(result.model_dump_json(indent=2))
     elif result.latency is not None:
         lat = result.latency
+        verdict = "stable" if lat.stable else "unstable: " + "; ".join(lat.unstable_reasons)
+        medians = ", ".join(f"{r.median_ms:.1f}" for r in lat.replicas)
         print(
-            f"{result.policy}: eager PyTorch {result.torch_version} on {result.threads} CPU threads: "
-            f"median {lat.median_ms:.1f} ms, p90 {lat.p90_ms:.1f} ms, min {lat.min_ms:.1f} ms per chunk "
-            f"(CV {lat.cv:.3f}, {'stable' if lat.stable else 'unstable'}; {lat.iterations} timed after "
-            f"{lat.warmup} warm-up)"
+            f"{result.policy}: eager PyTorch {result.torch_version} on {result.threads} CPU threads "
+            f"({result.free_cores} of {result.cores} cores free): median {lat.median_ms:.1f} ms, p90 "
+            f"{lat.p90_ms:.1f} ms, min {lat.min_ms:.1f} ms per chunk (CV {lat.cv:.3f}; replica medians "
+            f"{medians} ms; {verdict}; {lat.iterations} timed)"
         )
     if result.status != "ok":
         print(f"baseline {result.status}: {result.error}", file=sys.stderr)

@@ -63,6 +63,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     submit.add_argument("--backends", required=True, help="comma-separated, e.g. vulkan,xnnpack")
     submit.add_argument("--no-constant-prop", dest="constant_prop", action="store_false")
     submit.add_argument("--lowering", choices=["stock", "fast"], default="fast")
+    submit.add_argument(
+        "--force-fp16", action="store_true", help="VulkanPartitioner({'force_fp16': True}) for Vulkan cells"
+    )
     submit.add_argument("--timeout", type=float, help="bound of each stage in seconds (the farm's default)")
     submit.add_argument("--wait", action="store_true", help="wait until every cell is done, print the report")
     submit.add_argument(
@@ -225,7 +228,11 @@ def run_submit(args: argparse.Namespace) -> int:
     body: dict[str, Any] = {
         "policies": _names(args.policies),
         "backends": _names(args.backends),
-        "options": {"constant_prop": args.constant_prop, "lowering": args.lowering},
+        "options": {
+            "constant_prop": args.constant_prop,
+            "lowering": args.lowering,
+            "force_fp16": getattr(args, "force_fp16", False),
+        },
     }
     if args.timeout is not None:
         body["timeout_s"] = args.timeout

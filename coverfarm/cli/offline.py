@@ -16,12 +16,16 @@ import argparse
 import json
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, ValidationError
 
 from coverfarm.errors import UserError
+
+if TYPE_CHECKING:
+    from gpu_runner.result import DeviceResult
 
 SET_FILE = "bundles.json"
 SET_FORMAT = 1
@@ -166,10 +170,12 @@ def _download(url: str, token: str, sha256: str, folder: Path, unpack: Any) -> N
         unpack(Path(archive.name), folder)
 
 
-def run_bundle_set(args: argparse.Namespace, bundle_set: BundleSet, binary: Path | None) -> int:
-    """Run every bundle of a set, writing one signed result per bundle into ``--out`` (a directory)."""
+def run_bundle_set(
+    args: argparse.Namespace, bundle_set: BundleSet, measure: Callable[[Path, str], DeviceResult]
+) -> int:
+    """Run every bundle of a set with ``measure`` (the bundle's directory and sha256 to its result),
+    writing one signed result per bundle into ``--out`` (a directory)."""
     from coverfarm.cli.runner_farm import config_path, result_json
-    from gpu_runner.bundle_run import run_bundle
     from gpu_runner.config import load_if_present
 
     config = None if args.unsigned else load_if_present(config_path(args))
@@ -180,15 +186,7 @@ def run_bundle_set(args: argparse.Namespace, bundle_set: BundleSet, binary: Path
         )
     args.out.mkdir(parents=True, exist_ok=True)
     for entry in bundle_set.bundles:
-        result = run_bundle(
-            args.bundle / entry.bundle_sha256,
-            expected_sha256=entry.bundle_sha256,
-            warmup=args.warmup,
-            iterations=args.iterations,
-            runtime=args.runtime,
-            executor_runner=binary,
-            server_mode=args.server_mode,
-        )
+        result = measure(args.bundle / entry.bundle_sha256, entry.bundle_sha256)
         document = result.model_dump(mode="json")
         (args.out / f"{entry.bundle_sha256}.json").write_text(result_json(document, args))
         latency = f"{result.latency.median_ms:.2f} ms" if result.latency else "-"

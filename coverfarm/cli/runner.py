@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from coverfarm.cli import offline, runner_farm
+from coverfarm.cli.timing_options import add_timing_options, timing_rules
 from coverfarm.errors import UserError
 
 
@@ -51,8 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="where to write the result document (JSON); for a bundle set, a directory",
     )
     run.add_argument("--sha256", help="the expected sha256 (default: the directory's name)")
-    run.add_argument("--warmup", type=int, default=3, help="untimed chunks before timing (3)")
-    run.add_argument("--iterations", type=int, default=20, help="timed chunks (20)")
+    add_timing_options(run)
     run.add_argument(
         "--runtime",
         choices=("auto", "python", "native"),
@@ -107,33 +107,42 @@ def run_probe(args: argparse.Namespace) -> int:
 
 
 def run_bundle(args: argparse.Namespace) -> int:
-    if args.warmup < 0:
-        raise UserError(f"--warmup must be 0 or more, got {args.warmup}")
-    if args.iterations < 1:
-        raise UserError(f"--iterations must be at least 1, got {args.iterations}")
+    from coverfarm.settings import get_settings
+
+    settings = get_settings()
+    rules = timing_rules(args, settings)
     if not args.bundle.is_dir():
         raise UserError(f"bundle {args.bundle} is not a directory")
     if not args.out.parent.is_dir():
         raise UserError(f"cannot write {args.out}: {args.out.parent} is not a directory")
 
     binary = _executor_runner(args)
+    runner_id = args.runner_id if args.runner_id is not None else runner_farm.enrolled_runner_id(args)
+
+    from coverfarm.hostlock import HostLock
+    from gpu_runner.replicas import run_replicated
+    from gpu_runner.result import DeviceResult
+
+    def measure(bundle: Path, sha256: str | None) -> DeviceResult:
+        return run_replicated(
+            bundle,
+            rules=rules,
+            expected_sha256=sha256,
+            runtime=args.runtime,
+            executor_runner=binary,
+            lock=HostLock(settings.timing_lock_path),
+            lock_wait_s=settings.timing_lock_wait_s,
+            runner_id=runner_id,
+            timeout_s=settings.device_timeout_s,
+            server_mode=args.server_mode,
+        )
+
     bundle_set = offline.read_set(args.bundle)
     if bundle_set is not None:
         if args.sha256:
             raise UserError("--sha256 names one bundle; a bundle set names its own")
-        return offline.run_bundle_set(args, bundle_set, binary)
-
-    from gpu_runner.bundle_run import run_bundle as run
-
-    result = run(
-        args.bundle,
-        expected_sha256=args.sha256,
-        warmup=args.warmup,
-        iterations=args.iterations,
-        runtime=args.runtime,
-        executor_runner=binary,
-        server_mode=args.server_mode,
-    )
+        return offline.run_bundle_set(args, bundle_set, measure)
+    result = measure(args.bundle, args.sha256)
     args.out.write_text(runner_farm.result_json(result.model_dump(mode="json"), args))
     print(json.dumps(_summary(result.model_dump(mode="json")), indent=2))
     return 0 if result.status == "ok" else 1
@@ -153,6 +162,8 @@ def _summary(doc: dict[str, Any]) -> dict[str, Any]:
         "p90_ms": latency.get("p90_ms"),
         "cv": latency.get("cv"),
         "stable": latency.get("stable"),
+        "unstable_reasons": latency.get("unstable_reasons"),
+        "replica_medians_ms": [r["median_ms"] for r in latency.get("replicas") or []],
         "load_ms": latency.get("load_ms"),
         "libtorch_mapped": doc["libtorch_mapped"],
     }

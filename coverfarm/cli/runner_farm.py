@@ -19,6 +19,7 @@ from typing import Any
 
 from coverfarm.cli import offline
 from coverfarm.cli.farm import DEFAULT_URL, _request, _token
+from coverfarm.cli.timing_options import add_timing_options, timing_rules
 from coverfarm.errors import UserError
 from coverfarm.result import error_line
 from coverfarm.settings import Settings, get_settings
@@ -51,8 +52,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         description="Serve this runner's device classes until stopped (SIGTERM or Ctrl-C).",
     )
     _config_option(start)
-    start.add_argument("--warmup", type=int, default=3, help="untimed chunks before timing (3)")
-    start.add_argument("--iterations", type=int, default=20, help="timed chunks per job (20)")
+    add_timing_options(start, runner_id=False)
     start.set_defaults(func=run_start)
 
     revoke = commands.add_parser("revoke", help="withdraw a runner's credential (admin)")
@@ -125,12 +125,14 @@ def run_start(args: argparse.Namespace) -> int:
     from gpu_runner.agent import Agent, Timing
     from gpu_runner.config import load
 
-    if args.warmup < 0 or args.iterations < 1:
-        raise UserError("--warmup must be 0 or more and --iterations at least 1")
+    settings = get_settings()
+    rules = timing_rules(args, settings)
     path = config_path(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per heartbeat
-    agent = Agent(load(path), path, get_settings(), Timing(args.warmup, args.iterations))
+    config = load(path)
+    timing = Timing(rules, config.runner_id, settings.timing_lock_wait_s)
+    agent = Agent(config, path, settings, timing)
     return agent.run()
 
 
@@ -156,6 +158,17 @@ def result_json(result: dict[str, Any], args: argparse.Namespace) -> str:
             )
         result = sign(result, config.runner_id, config.signing_key)
     return json.dumps(result, indent=2)
+
+
+def enrolled_runner_id(args: argparse.Namespace) -> int | None:
+    """The id of the runner enrolled on this host (its credential file), None when there is none."""
+    from gpu_runner.config import load_if_present
+
+    try:
+        config = load_if_present(config_path(args))
+    except UserError:
+        return None
+    return config.runner_id if config is not None else None
 
 
 def add_signing_options(run: argparse.ArgumentParser) -> None:

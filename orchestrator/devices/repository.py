@@ -103,6 +103,27 @@ def baselines_of_cells(session: Session, cell_ids: Sequence[int]) -> Sequence[De
     return session.scalars(select(DeviceBaseline).where(DeviceBaseline.cell_id.in_(cell_ids))).all()
 
 
+def earlier_runs(
+    session: Session, policy: str, backend: str, device_class: str, before_sweep_id: int, limit: int = 20
+) -> Sequence[tuple[Cell, DeviceRun]]:
+    """Successful runs of (policy, backend) on ``device_class`` in sweeps before ``before_sweep_id``,
+    newest sweep first: the candidates for a cell's previous sweep (the caller matches options and stack)."""
+    rows = session.execute(
+        select(Cell, DeviceRun)
+        .join(DeviceRun, DeviceRun.cell_id == Cell.id)
+        .where(
+            Cell.policy == policy,
+            Cell.backend == backend,
+            Cell.sweep_id < before_sweep_id,
+            DeviceRun.device_class == device_class,
+            DeviceRun.status == "ok",
+        )
+        .order_by(Cell.sweep_id.desc())
+        .limit(limit)
+    ).all()
+    return [(cell, run) for cell, run in rows]
+
+
 def cells_with_bundle(session: Session, sha256: str) -> Sequence[Cell]:
     """Cells whose stored CPU result produced the bundle ``sha256``."""
     sha = Result.document["bundle"]["sha256"].as_string()

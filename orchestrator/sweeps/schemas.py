@@ -19,6 +19,9 @@ class SweepOptions(BaseModel):
     # Recorded in each cell's options (not in the sweep's own columns): auto picks fake weights on a
     # worker whose memory the real-weight peak is estimated to exceed.
     weights: Literal["auto", "real", "fake"] = "auto"
+    # VulkanPartitioner({"force_fp16": True}) for the sweep's Vulkan cells (recorded in their options;
+    # the other backends' cells have no such option). Needs the vulkan backend in the sweep.
+    force_fp16: bool = False
 
 
 class SweepCreate(BaseModel):

@@ -58,6 +58,15 @@ def _check(body: SweepCreate, settings: Settings) -> None:
                     "input": name,
                 }
             )
+    if body.options.force_fp16 and "vulkan" not in body.backends:
+        errors.append(
+            {
+                "loc": ["body", "options", "force_fp16"],
+                "msg": "force_fp16 is a Vulkan partitioner option: the sweep's backends need vulkan",
+                "type": "value_error",
+                "input": True,
+            }
+        )
     if body.timeout_s is not None and not 1 <= body.timeout_s < settings.long_timeout_s:
         errors.append(
             {
@@ -88,10 +97,15 @@ def create(session: Session, settings: Settings, body: SweepCreate) -> Sweep:
         lowering=body.options.lowering,
         weights=body.options.weights,
         timeout_s=timeout_s,
-    ).model_dump(mode="json")
+    )
+    by_backend = {
+        backend: options.model_copy(update={"force_fp16": body.options.force_fp16 and backend == "vulkan"})
+        for backend in body.backends
+    }
     for policy in body.policies:
         for backend in body.backends:
-            cell = Cell(sweep=sweep, policy=policy, backend=backend, options=options)
+            cell_options = by_backend[backend].model_dump(mode="json")
+            cell = Cell(sweep=sweep, policy=policy, backend=backend, options=cell_options)
             session.add(cell)
             jobs.create(session, cell, jobs.STAGE_LOWER, QUEUE_LOWER, timeout_s)
     emit(session, "sweep", sweep_id=sweep.id, payload={"state": "created", "cells": len(sweep.cells)})
@@ -182,6 +196,8 @@ def _summary_fields(sweep: Sweep, cells: list[CellPublic]) -> dict[str, Any]:
                 "lowering": sweep.lowering,
                 # weights has no sweep column: every cell of a sweep records the same one
                 "weights": cells[0].options.weights if cells else Options().weights,
+                # nor has force_fp16, which only the Vulkan cells record
+                "force_fp16": any(cell.options.force_fp16 for cell in cells),
             }
         ),
         "timeout_s": sweep.timeout_s,

@@ -138,6 +138,7 @@ def farm_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str
         "COVERFARM_HEARTBEAT_INTERVAL_S": "1",
         "COVERFARM_HEARTBEAT_TIMEOUT_S": "8",
         "COVERFARM_RECONCILE_INTERVAL_S": "0.5",
+        "COVERFARM_TIMING__MIN_S": "0.5",  # the stand-in bundles are tiny; the rules still apply
     }
     upgrade(Settings.model_validate({k.removeprefix("COVERFARM_").lower(): v for k, v in env.items()}))
     yield env

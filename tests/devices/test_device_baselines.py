@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from devicetools import CLASS, device_result, enrol, lower_with_bundle, make_healthy
+import pytest
+from devicetools import CLASS, HOST, device_result, enrol, lower_with_bundle, make_healthy, trusted_latency
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -17,6 +18,7 @@ from coverfarm.result import Options
 from coverfarm.settings import Settings
 from gpu_runner.result import LatencyStats
 from orchestrator.devices.grid import device_cells
+from orchestrator.devices.speedups import sweep_speedups
 from orchestrator.models import DeviceBaseline, Job, JobStatus, Runner, RunnerState, Sweep
 
 
@@ -118,6 +120,53 @@ def test_baseline_job_gives_the_device_cell_its_speedup(
     report = client.get(f"/api/sweeps/{sweep_id}/report.md", params={"backend": "xnnpack"}).text
     assert "✓ 3.25 ms (4.0×)" in report
     assert f"eager baseline: PyTorch 2.14.1 on 2 CPU threads of a {CLASS} host" in report
+    # These documents predate replicated, time-bounded timing: their speed-up is not to be trusted.
+    with sessions() as session:
+        sweep = session.get(Sweep, sweep_id)
+        assert sweep is not None
+        verdict = sweep_speedups(session, sweep)[("act", "xnnpack")][CLASS]
+    assert not verdict.allowed and verdict.value is None
+    assert verdict.reasons[0] == (
+        "the device run was timed before replicated, time-bounded timing (no rules recorded)"
+    )
+
+
+def speedup_after(
+    client: TestClient, admin: dict[str, str], sessions: sessionmaker[Session], settings: Settings,
+    tmp: Path, device: dict[str, Any], eager: dict[str, Any],
+) -> Any:  # fmt: skip
+    """Store ``device`` and ``eager`` as a cell's run and baseline, reported by one runner; its verdict."""
+    _, timer = enrol(client, admin, f"board-{tmp.name}", baseline=True)
+    make_healthy(client, timer)
+    sweep_id = lowered_sweep(client, admin, sessions, settings, tmp)
+    jobs = sweep_jobs(sessions, sweep_id)
+    run_job, baseline_job = jobs[f"run:{CLASS}/xnnpack"].id, jobs[f"baseline:{CLASS}/xnnpack"].id
+    client.post(f"/api/device-jobs/{baseline_job}/claim", headers=timer)
+    stored = client.post(f"/api/device-jobs/{baseline_job}/baseline", headers=timer,
+                         json={"attempt": 1, "baseline": eager})  # fmt: skip
+    assert stored.status_code == 204, stored.text
+    sha = client.post(f"/api/device-jobs/{run_job}/claim", headers=timer).json()["bundle_sha256"]
+    reported = client.post(f"/api/device-jobs/{run_job}/result", headers=timer,
+                           json={"attempt": 1, "result": {**device, "bundle_sha256": sha}})  # fmt: skip
+    assert reported.status_code == 204, reported.text
+    with sessions() as session:
+        sweep = session.get(Sweep, sweep_id)
+        assert sweep is not None
+        return sweep_speedups(session, sweep)[("act", "xnnpack")][CLASS]
+
+
+def test_a_speedup_from_two_stable_measurements_of_one_runner_and_none_from_unstable_samples(
+    client: TestClient, admin: dict[str, str], sessions: sessionmaker[Session], settings: Settings,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    eager = {**baseline_document("act", 13.0), "latency": trusted_latency(13.0), "host_id": HOST}
+    device = {**device_result("0" * 64, 3.25), "latency": trusted_latency(3.25), "host_id": HOST}
+    allowed = speedup_after(client, admin, sessions, settings, tmp_path / "a", device, eager)
+    assert allowed.allowed and allowed.value == pytest.approx(4.0), allowed.reasons
+    noisy = {**device, "latency": trusted_latency(3.25, cv_spread=0.3)}
+    refused = speedup_after(client, admin, sessions, settings, tmp_path / "b", noisy, eager)
+    assert not refused.allowed and refused.value is None
+    assert refused.reasons[0].startswith("the device run is unstable: replica 1: CV")
 
 
 def test_a_failed_baseline_keeps_the_milliseconds_and_says_why(

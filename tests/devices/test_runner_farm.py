@@ -97,8 +97,8 @@ def test_sigkilled_runner_job_is_requeued_and_completes_once(
     start_runner: StartRunner, farm_sessions: sessionmaker[Session],
 ) -> None:  # fmt: skip
     config = register_runner("board-kill")
-    # Millions of timed chunks: the first attempt is certainly still running when it is killed.
-    slow = start_runner(config, "--iterations", "5000000")
+    # A day of timed chunks: the first attempt is certainly still running when it is killed.
+    slow = start_runner(config, "--min-seconds", "86400", "--max-seconds", "86400")
     wait_for(healthy(api, "board-kill"), 180, "the runner to pass its health check")
     sweep_id = submit(api, ["tdmpc"], [CLASS])
 
@@ -141,7 +141,7 @@ def test_offline_run_bundle_import_and_a_changed_number_refused(
     bundle = Path(farm_env["COVERFARM_HOME"]) / "artifacts" / sha
     out = tmp_path / "result.json"
     ran = run_cli(farm_env, "runner", "run-bundle", str(bundle), "--out", str(out), "--config", str(config),
-                  "--iterations", "5")  # fmt: skip
+                  "--min-chunks", "5", "--min-seconds", "0")  # fmt: skip
     assert ran.returncode == 0, ran.stderr
     signed: dict[str, Any] = json.loads(out.read_text())
     assert signed["signature"]["runner_id"] == json.loads(config.read_text())["runner_id"]

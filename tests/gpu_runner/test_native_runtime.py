@@ -31,7 +31,7 @@ from gpu_runner.native_runtime import (
     runner_args,
     scan_backends,
 )
-from gpu_runner.result import DeviceResult
+from gpu_runner.result import DeviceResult, TimingRules
 from gpu_runner.runtime import PythonRuntime, RuntimeFailure, registered_backends
 from gpu_runner.runtime_choice import choose_runtime
 
@@ -239,7 +239,8 @@ def test_python_runtime_run_says_which_and_how(
     tiny_bundles: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(ENV_VAR, raising=False)
-    result = run_bundle(tiny_bundles["xnnpack"], warmup=0, iterations=2, runtime="python")
+    rules = TimingRules(warmup=0, min_chunks=2, min_s=0.0, replicas=1)
+    result = run_bundle(tiny_bundles["xnnpack"], rules=rules, runtime="python")
     assert result.status == "ok", result.error
     assert result.runtime == "python"
     assert result.latency is not None and result.latency.method is not None
@@ -301,7 +302,7 @@ def test_native_runtime_end_to_end(tiny_bundles: dict[str, Path], tmp_path: Path
     out = tmp_path / "result.json"
     args = ["runner", "run-bundle", str(tiny_bundles["xnnpack"]), "--out", str(out), "--runtime", "native"]
     run = subprocess.run(
-        [sys.executable, "-m", "coverfarm", *args, "--warmup", "1", "--iterations", "3"],
+        [sys.executable, "-m", "coverfarm", *args, "--min-chunks", "3", "--min-seconds", "0"],
         cwd=ROOT,
         capture_output=True,
         text=True,

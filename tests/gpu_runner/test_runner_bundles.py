@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,8 +16,10 @@ from runnerhelp import ROOT, rehomed
 
 from coverfarm import digest
 from gpu_runner.bundle_run import run_bundle
-from gpu_runner.result import DeviceResult
+from gpu_runner.result import DeviceResult, TimingRules
 from gpu_runner.runtime import registered_backends
+
+QUICK = TimingRules(warmup=1, min_chunks=5, min_s=0.0, max_s=5.0, replicas=1)
 
 
 def coverfarm(*args: str) -> subprocess.CompletedProcess[str]:
@@ -31,7 +34,7 @@ def test_a_bundle_is_stored_under_its_digest(tiny_bundles: dict[str, Path]) -> N
 
 
 def test_tiny_xnnpack_bundle_passes(tiny_bundles: dict[str, Path]) -> None:
-    result = run_bundle(tiny_bundles["xnnpack"], warmup=1, iterations=5, runtime="python")
+    result = run_bundle(tiny_bundles["xnnpack"], rules=QUICK, runtime="python")
     assert result.status == "ok", result.error
     assert result.device_class == f"cpu-{platform.machine()}-xnnpack"
     assert [(c.program, c.passed) for c in result.testcase] == [("obs", True), ("step", True)]
@@ -42,6 +45,11 @@ def test_tiny_xnnpack_bundle_passes(tiny_bundles: dict[str, Path]) -> None:
     assert action.min_sqnr_db is None or action.min_sqnr_db > 60
     assert result.latency is not None and len(result.latency.samples_ms) == 5
     assert result.latency.warmup == 1 and result.latency.load_ms > 0
+    assert result.latency.rules == QUICK and result.latency.frames == 16  # cycled over every frame
+    (replica,) = result.latency.replicas
+    assert replica.outputs is not None and (replica.outputs.executions, replica.outputs.differing) == (5, 0)
+    assert replica.host_load is not None and replica.host_load.cores >= 1
+    assert replica.isolation is None  # no lock given: not isolated, and no speed-up will use it
 
 
 def test_tampered_bundle_is_refused_by_hash(tiny_bundles: dict[str, Path], tmp_path: Path) -> None:
@@ -79,14 +87,14 @@ def test_wrong_outputs_fail_with_the_cause(
         arrays = {name: data[name] for name in data.files}
     arrays[key] = arrays[key] + 0.25
     np.savez(bundle / npz, **arrays)  # type: ignore[arg-type]
-    result = run_bundle(rehomed(bundle, tmp_path), warmup=0, iterations=1, runtime="python")
+    result = run_bundle(rehomed(bundle, tmp_path), rules=QUICK, runtime="python")
     assert result.status == "failed"
     assert result.error is not None and result.error.startswith(cause), result.error
     assert result.latency is not None  # a wrong cell still has its timings
 
 
 def test_vulkan_bundle_without_vulkan_runtime_fails_with_cause(tiny_bundles: dict[str, Path]) -> None:
-    result = run_bundle(tiny_bundles["vulkan"], warmup=0, iterations=1, runtime="python")
+    result = run_bundle(tiny_bundles["vulkan"], rules=QUICK, runtime="python")
     if "VulkanBackend" in registered_backends():  # a runtime built with Vulkan: it must simply work
         assert result.status == "ok", result.error
         return
@@ -106,32 +114,46 @@ def hook(name, globals=None, locals=None, fromlist=(), level=0):
         importers.append(((globals or {}).get("__name__"), "torch" in sys.modules))
     return real_import(name, globals, locals, fromlist, level)
 builtins.__import__ = hook
-sys.argv = ["coverfarm", *json.loads(sys.argv[1])]
+module, *args = json.loads(sys.argv[1])
+sys.argv = [module, *args]
+code = 0
 try:
-    runpy.run_module("coverfarm", run_name="__main__")
+    runpy.run_module(module, run_name="__main__")
 except SystemExit as exit:
     code = exit.code
 print(json.dumps({"code": code, "importers": importers}))
 """
 
 
-def test_runner_never_imports_torch_itself(tiny_bundles: dict[str, Path], tmp_path: Path) -> None:
-    """The pip wheel's runtime imports torch (its pybindings need it); the runner's code never does."""
-    out = tmp_path / "result.json"
-    bundle = str(tiny_bundles["xnnpack"])
-    args = ["runner", "run-bundle", bundle, "--out", str(out), "--iterations", "3", "--runtime", "python"]
+def hooked(module: str, *args: str) -> dict[str, Any]:
     run = subprocess.run(
-        [sys.executable, "-c", HOOK, json.dumps(args)], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
+        [sys.executable, "-c", HOOK, json.dumps([module, *args])], cwd=ROOT, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
-    report = json.loads(run.stdout.splitlines()[-1])
-    assert report["code"] == 0
-    ours = [who for who, _ in report["importers"] if who and who.split(".")[0] in ("gpu_runner", "coverfarm")]
-    assert ours == []
-    first = [who for who, loaded in report["importers"] if not loaded]
-    assert first and first[0].startswith("executorch."), first
+    report: dict[str, Any] = json.loads(run.stdout.splitlines()[-1])
+    return report
+
+
+def test_runner_never_imports_torch_itself(tiny_bundles: dict[str, Path], tmp_path: Path) -> None:
+    """The pip wheel's runtime imports torch (its pybindings need it); the runner's code never does.
+    ``run-bundle`` itself never loads the runtime: its replicas do, each in a fresh process."""
+    out = tmp_path / "result.json"
+    args = ["runner", "run-bundle", str(tiny_bundles["xnnpack"]), "--out", str(out), "--runtime", "python",
+            "--min-chunks", "3", "--min-seconds", "0", "--replicas", "1"]  # fmt: skip
+    report = hooked("coverfarm", *args)
+    assert report["code"] == 0 and report["importers"] == []
     result = DeviceResult.model_validate_json(out.read_text())
     assert result.status == "ok", result.error
-    # What the pip wheel does to the process is recorded, not hidden.
+    # What the pip wheel does to the replica's process is recorded, not hidden.
     assert result.torch_module_loaded and result.libtorch_mapped
     assert any(lib.startswith("libtorch") for lib in result.libtorch_libraries)
+
+    bundle, rules = str(tiny_bundles["xnnpack"]), QUICK.model_dump_json()
+    replica = hooked("gpu_runner.bundle_run", bundle, "--out", str(out), "--rules", rules)
+    assert replica["code"] == 0
+    mine = ("gpu_runner", "coverfarm")
+    ours = [who for who, _ in replica["importers"] if who and who.split(".")[0] in mine]
+    assert ours == []
+    first = [who for who, loaded in replica["importers"] if not loaded]
+    assert first and first[0].startswith("executorch."), first

@@ -9,6 +9,7 @@ import pytest
 
 from coverfarm.cli import main
 from gpu_runner.probe import gpu_slug, parse_limits, parse_summary, thermal_zones
+from gpu_runner.result import TimingRules
 from gpu_runner.stats import latency_stats
 
 
@@ -27,10 +28,14 @@ def test_stats_from_raw_samples() -> None:
     assert not stats.stable
 
 
-def test_steady_samples_are_stable() -> None:
+def test_steady_samples_of_one_replica_are_not_yet_stable() -> None:
     stats = latency_stats([100.0, 101.0, 99.0, 100.0, 100.5], warmup=0, load_ms=0.0)
-    assert stats.stable and stats.cv < 0.05
-    assert not latency_stats([100.0], warmup=0, load_ms=0.0).stable  # one sample shows no spread
+    assert stats.cv < 0.05 and not stats.stable
+    assert stats.unstable_reasons == ["1 replica (needs 2)"]
+    single = latency_stats([100.0, 101.0, 99.0], 0, 0.0, TimingRules(replicas=1))
+    assert single.stable and single.unstable_reasons == []
+    one = latency_stats([100.0], 0, 0.0, TimingRules(replicas=1))
+    assert not one.stable and "no spread" in one.unstable_reasons[0]  # one sample shows no spread
     with pytest.raises(ValueError):
         latency_stats([], warmup=0, load_ms=0.0)
 
@@ -118,11 +123,12 @@ def test_probe_text_is_one_block(capsys: pytest.CaptureFixture[str]) -> None:
     ("args", "expected"),
     [
         (["/no/such/bundle", "--out", "r.json"], "bundle /no/such/bundle is not a directory"),
-        ([".", "--out", "r.json", "--iterations", "0"], "--iterations must be at least 1, got 0"),
-        ([".", "--out", "r.json", "--warmup", "-1"], "--warmup must be 0 or more, got -1"),
+        ([".", "--out", "r.json", "--min-chunks", "0"], "--min-chunks: Input should be greater"),
+        ([".", "--out", "r.json", "--warmup", "-1"], "--warmup: Input should be greater than or equal to 0"),
+        ([".", "--out", "r.json", "--min-seconds", "9", "--max-seconds", "3"], "timing: Value error, max_s"),
         ([".", "--out", "/no/such/dir/r.json"], "cannot write /no/such/dir/r.json"),
     ],
-    ids=["bundle", "iterations", "warmup", "out"],
+    ids=["bundle", "min-chunks", "warmup", "max-below-min", "out"],
 )
 def test_run_bundle_mistakes_are_one_line(
     args: list[str], expected: str, capsys: pytest.CaptureFixture[str]

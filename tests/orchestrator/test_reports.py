@@ -4,6 +4,7 @@ jobs.finish) and that differ in one cell and one blocker group."""
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 import pytest
@@ -24,9 +25,13 @@ from coverfarm.result import (
 )
 from coverfarm.settings import Settings
 from orchestrator.db import take_outbox
+from orchestrator.devices import repository as devices
 from orchestrator.jobs import service as jobs
-from orchestrator.reports.diff import diff_sweeps
+from orchestrator.models import Sweep
+from orchestrator.reports.devices import device_samples
+from orchestrator.reports.diff import diff_sweeps, latency_flags
 from orchestrator.reports.latency import latency_change
+from orchestrator.reports.schemas import LatencyChange, SweepDiff
 from orchestrator.sweeps import service as sweeps
 from orchestrator.sweeps.schemas import SweepCreate
 
@@ -205,17 +210,18 @@ def test_diff_names_the_changed_cell_and_the_vanished_blocker(
     assert f"Blocker groups that vanished:\n- Vulkan: {CONV[0]} ({CONV[1]}) in vqbet" in text
 
 
-def test_latency_is_flagged_only_beyond_both_runs_spread() -> None:
+def test_latency_is_beyond_the_spread_only_beyond_both_runs_spread() -> None:
     steady = [10.0, 10.2, 9.9, 10.1, 10.0, 10.3, 9.8]
-    assert not latency_change("mali-g610", steady, [s + 0.1 for s in steady]).flagged
+    assert not latency_change("mali-g610", steady, [s + 0.1 for s in steady]).beyond_spread
     slower = latency_change("mali-g610", steady, [s * 1.5 for s in steady])
-    assert slower.flagged and slower.why.startswith("slower")
+    assert slower.beyond_spread and slower.direction == "slower" and slower.why.startswith("slower")
+    assert not slower.flagged  # one pair of runs never counts on its own
     assert latency_change("mali-g610", [s * 1.5 for s in steady], steady).why.startswith("faster")
     # A noisy run: the medians differ by 20%, but its own spread covers the other run.
     noisy = [8.0, 9.0, 12.0, 14.0, 12.5, 7.5, 13.0]
-    assert not latency_change("mali-g610", steady, noisy).flagged
+    assert not latency_change("mali-g610", steady, noisy).beyond_spread
     few = latency_change("mali-g610", [10.0], [20.0])
-    assert not few.flagged and "too few samples" in few.why
+    assert not few.beyond_spread and "too few samples" in few.why
 
 
 def test_dashboard_blockers_page_shows_the_known_issues_with_repros(
@@ -247,4 +253,69 @@ def test_diff_flags_a_device_latency_change_only_beyond_the_spread(
     act = next(cell for cell in slower.changed if cell.policy == "act")
     assert act.changes == {}
     [change] = act.latency
-    assert change.flagged and change.median_b_ms == pytest.approx(2 * change.median_a_ms)
+    assert change.beyond_spread and change.median_b_ms == pytest.approx(2 * change.median_a_ms)
+    # One sweep beyond the spread is listed, not counted: b has no earlier sweep of the same cell.
+    assert not change.flagged and change.consecutive == 1 and "counts once" in change.why
+
+
+STEADY = [10.0, 10.2, 9.9, 10.1, 10.0]
+
+
+def device_sweep(
+    session: Session, settings: Settings, samples: list[float], runtime: str = "python"
+) -> Sweep:
+    """A sweep of act on Vulkan whose cell ran on mali-g610 with these samples."""
+    sweep = sweeps.get(session, stored_sweep(session, settings, {"act": ACT}))
+    (cell,) = sweep.cells
+    probe = {"executorch": {"version": "1.5"}}
+    document = {"latency": {"samples_ms": samples}, "runtime": runtime, "probe": probe}
+    devices.upsert_run(
+        session,
+        {"cell_id": cell.id, "device_class": "mali-g610", "source": "import", "status": "ok",
+         "median_ms": statistics.median(samples), "bundle_sha256": "0" * 64, "document": document},
+    )  # fmt: skip
+    session.flush()
+    return sweep
+
+
+def act_change(diff: SweepDiff) -> LatencyChange | None:
+    cell = next((cell for cell in diff.changed if cell.policy == "act"), None)
+    return cell.latency[0] if cell is not None else None
+
+
+def test_a_regression_counts_only_after_two_consecutive_sweeps_beyond_the_spread(
+    session: Session, settings: Settings
+) -> None:
+    reference = device_sweep(session, settings, STEADY)
+    first = device_sweep(session, settings, [s * 1.5 for s in STEADY])
+    once = act_change(diff_sweeps(reference, first, device_samples(session, reference),
+                                  device_samples(session, first)))  # fmt: skip
+    assert once is not None and once.beyond_spread and not once.flagged and once.sweeps == [first.id]
+    second = device_sweep(session, settings, [s * 1.5 for s in STEADY])
+    twice = act_change(diff_sweeps(reference, second, device_samples(session, reference),
+                                   device_samples(session, second)))  # fmt: skip
+    assert twice is not None and twice.flagged and twice.regression
+    assert twice.sweeps == [first.id, second.id] and twice.consecutive == 2
+    assert f"in sweeps {first.id} and {second.id}, consecutive sweeps of the same cell" in twice.why
+    flags = latency_flags(session, second)[("act", "vulkan")]["mali-g610"]
+    assert flags.flagged and flags.regression and flags.sweeps == [first.id, second.id]
+
+
+def test_a_change_that_does_not_persist_or_comes_from_another_stack_is_not_counted(
+    session: Session, settings: Settings
+) -> None:
+    reference = device_sweep(session, settings, STEADY)
+    device_sweep(session, settings, [s * 1.5 for s in STEADY])
+    back = device_sweep(session, settings, STEADY)  # the slow sweep was one of a kind
+    latest = device_sweep(session, settings, [s * 1.5 for s in STEADY])
+    change = act_change(diff_sweeps(reference, latest, device_samples(session, reference),
+                                    device_samples(session, latest)))  # fmt: skip
+    assert change is not None and change.beyond_spread and not change.flagged
+    assert latency_flags(session, back)[("act", "vulkan")]["mali-g610"].flagged is False
+    # A slow sweep on another runtime is another cell: it does not make this one's second sweep.
+    other = device_sweep(session, settings, [s * 1.5 for s in STEADY], runtime="native")
+    newest = device_sweep(session, settings, [s * 1.5 for s in STEADY], runtime="native")
+    assert other.id < newest.id
+    native = act_change(diff_sweeps(reference, other, device_samples(session, reference),
+                                    device_samples(session, other)))  # fmt: skip
+    assert native is not None and not native.flagged  # its previous sweep of the same cell: none

@@ -42,3 +42,25 @@ def test_an_unknown_weights_mode_is_422(client: TestClient, admin: dict[str, str
     response = client.post("/api/sweeps", json=body, headers=admin)
     assert response.status_code == 422
     assert "weights" in response.text
+
+
+def test_force_fp16_is_recorded_in_the_vulkan_cells_only(client: TestClient, admin: dict[str, str]) -> None:
+    body = {"policies": ["act"], "backends": ["vulkan", "xnnpack"], "options": {"force_fp16": True}}
+    response = client.post("/api/sweeps", json=body, headers=admin)
+    assert response.status_code == 201, response.text
+    sweep = response.json()
+    assert sweep["options"]["force_fp16"] is True
+    recorded = {c["backend"]: c["options"]["force_fp16"] for c in sweep["cells"]}
+    assert recorded == {"vulkan": True, "xnnpack": False}
+
+
+def test_force_fp16_without_vulkan_is_422_and_stores_nothing(
+    client: TestClient, admin: dict[str, str]
+) -> None:
+    before = client.get("/api/sweeps").json()
+    body = {"policies": ["act"], "backends": ["xnnpack"], "options": {"force_fp16": True}}
+    response = client.post("/api/sweeps", json=body, headers=admin)
+    assert response.status_code == 422
+    (error,) = response.json()["detail"]
+    assert error["loc"] == ["body", "options", "force_fp16"] and "backends need vulkan" in error["msg"]
+    assert client.get("/api/sweeps").json() == before

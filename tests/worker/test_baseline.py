@@ -11,6 +11,7 @@ import pytest
 from coverfarm.baseline import BaselineResult, speedup
 from coverfarm.cli import main
 from coverfarm.result import Options
+from gpu_runner.result import DeviceResult, TimingRules
 from gpu_runner.stats import latency_stats
 from worker.baseline import measure_baseline
 
@@ -22,13 +23,13 @@ COVERFARM = [sys.executable, "-m", "coverfarm"]
     ("args", "expected"),
     [
         (["--policy", "nope"], "unknown policy 'nope'"),
-        (["--policy", "act", "--iterations", "0"], "--iterations must be at least 1, got 0"),
-        (["--policy", "act", "--warmup", "-1"], "--warmup must be 0 or more, got -1"),
+        (["--policy", "act", "--min-chunks", "0"], "--min-chunks: Input should be greater than"),
+        (["--policy", "act", "--warmup", "-1"], "--warmup: Input should be greater than or equal to 0"),
         (["--policy", "act", "--frames", "17"], "--frames must be 1 to 16, got 17"),
         (["--policy", "act", "--timeout", "0"], "--timeout must be a positive number of seconds, got 0"),
         (["--policy", "act", "--checkpoint", "/no/such/dir"], "checkpoint /no/such/dir is not a readable"),
     ],
-    ids=["policy", "iterations", "warmup", "frames", "timeout", "checkpoint"],
+    ids=["policy", "min-chunks", "warmup", "frames", "timeout", "checkpoint"],
 )
 def test_baseline_mistakes_are_one_line(
     args: list[str], expected: str, capsys: pytest.CaptureFixture[str]
@@ -38,15 +39,11 @@ def test_baseline_mistakes_are_one_line(
     assert line.startswith(f"coverfarm: error: {expected}"), line
 
 
-def test_measure_rejects_impossible_counts() -> None:
-    with pytest.raises(ValueError, match="frames must be 1 to 16, got 0"):
-        measure_baseline("act", Options(), frames=0)
-    with pytest.raises(ValueError, match="iterations >= 1"):
-        measure_baseline("act", Options(), iterations=0)
+QUICK = TimingRules(warmup=0, min_chunks=1, min_s=0.0, replicas=1)
 
 
 def test_a_policy_the_engine_cannot_build_fails_with_its_cause() -> None:
-    result = measure_baseline("no_such_policy", Options(), warmup=0, iterations=1)
+    result = measure_baseline("no_such_policy", Options(), QUICK)
     assert result.status == "failed" and result.latency is None
     assert result.error is not None
     expected = "worker.policies.registry.UnsupportedPolicyError: no adapter for policy 'no_such_policy'"
@@ -55,20 +52,21 @@ def test_a_policy_the_engine_cannot_build_fails_with_its_cause() -> None:
 
 
 def test_a_build_over_its_bound_is_slow() -> None:
-    result = measure_baseline("act", Options(timeout_s=1.0), warmup=0, iterations=1)
+    result = measure_baseline("act", Options(timeout_s=1.0), QUICK.model_copy(update={"replicas": 2}))
     assert result.status == "slow" and result.latency is None
     assert result.error == "the build phase took over 1 s"
 
 
-def test_speedup_is_baseline_median_over_device_median() -> None:
-    eager = BaselineResult(
-        policy="act",
-        options=Options(),
-        frames=1,
-        status="ok",
-        latency=latency_stats([30.0, 50.0, 40.0], 0, 0.0),
-    )
-    device = latency_stats([10.0, 8.0, 12.0], 0, 0.0)
-    assert speedup(eager, device) == pytest.approx(4.0)
-    assert speedup(eager, None) is None
-    assert speedup(BaselineResult(policy="act", options=Options(), frames=1, status="failed"), device) is None
+def test_a_baseline_without_rules_gives_no_speedup() -> None:
+    """Documents stored before replicated, time-bounded timing divide no medians (the rules are in
+    tests/gpu_runner/test_timing.py)."""
+    eager_latency = latency_stats([30.0, 50.0, 40.0], 0, 0.0)
+    device_latency = latency_stats([10.0, 8.0], 0, 0.0)
+    eager = BaselineResult(policy="act", options=Options(), frames=1, status="ok", latency=eager_latency)
+    device = DeviceResult(bundle_sha256="0" * 64, status="ok", latency=device_latency)
+    verdict = speedup(eager, device)
+    assert not verdict.allowed and verdict.value is None
+    assert verdict.eager_median_ms == 40.0 and verdict.device_median_ms == 9.0
+    assert speedup(eager, None).reasons == ["no device latency"]
+    failed = BaselineResult(policy="act", options=Options(), frames=1, status="failed")
+    assert speedup(failed, device).reasons == ["no eager baseline"]

@@ -16,6 +16,7 @@ import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from coverfarm.hostlock import host_lock
 from coverfarm.result import Repro
 from worker.backends import canonical_reason
 from worker.repros.script import VERDICT_PREFIX
@@ -106,6 +107,7 @@ def run_repros(texts: dict[str, str], work: Path, cache: Path, bound_s: float) -
             bounds={"start": START_BOUND_S, **{f"repro-{name}": bound_s for name in pending}},
             first_phase="start",
             log_path=scripts / "child.log",
+            host_lock=host_lock(),
         )
         for event in run.events:
             if event["event"] != "repro":

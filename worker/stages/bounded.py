@@ -8,6 +8,10 @@ is also killed by the kernel when the process that started it dies (a SIGKILLed 
 
 The parent also records the child's peak resident memory at the end of each phase (``worker.memory``):
 sampled from ``/proc`` while it runs, and exact from ``wait4`` when it exits on its own.
+
+A CPU stage (trace, lower, repros) runs with the host's timing lock held shared (``host_lock``,
+``coverfarm.hostlock``): it starts only once no device run or eager baseline is timing on this host, or
+waiting to, and none starts timing until it ends. Its bounds count from its start, not from the wait.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from coverfarm.hostlock import HostLock
 from worker.memory import peak_rss_bytes
 from worker.stages.events import read_events
 
@@ -71,62 +76,65 @@ def run_bounded(
     log_path: Path,
     on_event: Callable[[dict[str, Any]], None] | None = None,
     env: Mapping[str, str] | None = None,
+    host_lock: HostLock | None = None,
 ) -> StageRun:
     """Run ``python -m module args`` with per-phase time bounds (seconds); the child's stdout and
-    stderr go to ``log_path``."""
-    events_path.unlink(missing_ok=True)
-    with log_path.open("wb") as log:
-        child = subprocess.Popen(
-            [sys.executable, "-m", module, *args, "--events", str(events_path)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=functools.partial(_die_with_parent, os.getpid()),
-            env=None if env is None else {**os.environ, **env},
-        )
-    phase, phase_start = first_phase, time.monotonic()
-    spent: dict[str, float] = {}
-    peaks: dict[str, int] = {}
-    seen = 0
-    timed_out: str | None = None
-    try:
-        while True:
-            sampled = peak_rss_bytes(child.pid) or 0  # read before the events it is charged to
-            returncode, exit_peak = _reap(child)
-            events = read_events(events_path)
-            now = time.monotonic()
-            for event in events[seen:]:
-                if on_event is not None:
-                    on_event(event)
-                if event["event"] == "phase" and event["phase"] != phase:
-                    spent[phase] = spent.get(phase, 0.0) + now - phase_start
-                    peaks[phase] = max(peaks.get(phase, 0), sampled)
-                    phase, phase_start = event["phase"], now
-            peaks[phase] = max(peaks.get(phase, 0), sampled, exit_peak or 0)
-            seen = len(events)
-            if returncode is not None:
-                break
-            if spent.get(phase, 0.0) + now - phase_start > bounds.get(phase, float("inf")):
-                timed_out = phase
+    stderr go to ``log_path``. With ``host_lock``, the child runs as a stage of that lock."""
+    # A stage's bounds count from its start: waiting for a timing on this host is not the stage's time.
+    with host_lock.stage() if host_lock is not None else contextlib.nullcontext():
+        events_path.unlink(missing_ok=True)
+        with log_path.open("wb") as log:
+            child = subprocess.Popen(
+                [sys.executable, "-m", module, *args, "--events", str(events_path)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=functools.partial(_die_with_parent, os.getpid()),
+                env=None if env is None else {**os.environ, **env},
+            )
+        phase, phase_start = first_phase, time.monotonic()
+        spent: dict[str, float] = {}
+        peaks: dict[str, int] = {}
+        seen = 0
+        timed_out: str | None = None
+        try:
+            while True:
+                sampled = peak_rss_bytes(child.pid) or 0  # read before the events it is charged to
+                returncode, exit_peak = _reap(child)
+                events = read_events(events_path)
+                now = time.monotonic()
+                for event in events[seen:]:
+                    if on_event is not None:
+                        on_event(event)
+                    if event["event"] == "phase" and event["phase"] != phase:
+                        spent[phase] = spent.get(phase, 0.0) + now - phase_start
+                        peaks[phase] = max(peaks.get(phase, 0), sampled)
+                        phase, phase_start = event["phase"], now
+                peaks[phase] = max(peaks.get(phase, 0), sampled, exit_peak or 0)
+                seen = len(events)
+                if returncode is not None:
+                    break
+                if spent.get(phase, 0.0) + now - phase_start > bounds.get(phase, float("inf")):
+                    timed_out = phase
+                    _kill_group(child)
+                    break
+                time.sleep(POLL_S)
+        finally:
+            if child.poll() is None:
                 _kill_group(child)
-                break
-            time.sleep(POLL_S)
-    finally:
-        if child.poll() is None:
-            _kill_group(child)
-    spent[phase] = spent.get(phase, 0.0) + time.monotonic() - phase_start
-    events = read_events(events_path)
-    if on_event is not None:
-        for event in events[seen:]:
-            on_event(event)
-    return StageRun(
-        events=events,
-        returncode=child.returncode,
-        timed_out_phase=timed_out,
-        phase_seconds=spent,
-        log_tail=_tail(log_path),
-        phase_peak_bytes={name: value for name, value in peaks.items() if value},
-    )
+        spent[phase] = spent.get(phase, 0.0) + time.monotonic() - phase_start
+        events = read_events(events_path)
+        if on_event is not None:
+            for event in events[seen:]:
+                on_event(event)
+        return StageRun(
+            events=events,
+            returncode=child.returncode,
+            timed_out_phase=timed_out,
+            phase_seconds=spent,
+            log_tail=_tail(log_path),
+            phase_peak_bytes={name: value for name, value in peaks.items() if value},
+        )
 
 
 def _reap(child: subprocess.Popen[bytes]) -> tuple[int | None, int | None]:

@@ -79,14 +79,21 @@ def pattern_graph_cache(backend: Backend, lowering: str) -> contextlib.AbstractC
 
 
 def lower_program(
-    log: EventLog, name: str, pt2: Path, backend: Backend, constant_prop: bool, lowering: str, out_dir: Path
+    log: EventLog,
+    name: str,
+    pt2: Path,
+    backend: Backend,
+    constant_prop: bool,
+    lowering: str,
+    out_dir: Path,
+    force_fp16: bool = False,
 ) -> None:
     log.emit("phase", phase="partition", program=name)
     ep = torch.export.load(pt2)
     fake = has_meta_weights(ep)
     if fake:
         from_meta(ep)
-    partitioner = backend.make_partitioner()
+    partitioner = backend.make_partitioner(force_fp16=True) if force_fp16 else backend.make_partitioner()
     observer = Observer(log, name, backend, partitioner)
     passes = ExportedProgramPassManager([ConstantPropagation()]) if constant_prop else None
     wrapper = (PartitionOnly if fake else ObservingPartitioner)(partitioner, observer)
@@ -109,6 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--backend", required=True)
     parser.add_argument("--constant-prop", choices=["on", "off"], default="on")
     parser.add_argument("--lowering", choices=["stock", "fast"], default="stock")
+    parser.add_argument("--force-fp16", action="store_true", help="VulkanPartitioner's force_fp16")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--events", type=Path, required=True)
     args = parser.parse_args(argv)
@@ -120,8 +128,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     failed = False
     with pattern_graph_cache(backend, args.lowering):
         failed = lower_all(
-            log, manifest, args.trace_dir, backend, args.constant_prop == "on", args.lowering, args.out
-        )
+            log, manifest, args.trace_dir, backend, args.constant_prop == "on", args.lowering, args.out,
+            force_fp16=args.force_fp16,
+        )  # fmt: skip
     log.emit("done", failed=failed)
     log.close()
     return 1 if failed else 0
@@ -135,13 +144,16 @@ def lower_all(
     constant_prop: bool,
     lowering: str,
     out: Path,
+    force_fp16: bool = False,
 ) -> bool:
     """Lower every program; an error is recorded and the next program still runs. True if any failed."""
     failed = False
     for program in manifest["programs"]:
         name = program["name"]
         try:
-            lower_program(log, name, trace_dir / program["pt2"], backend, constant_prop, lowering, out)
+            lower_program(
+                log, name, trace_dir / program["pt2"], backend, constant_prop, lowering, out, force_fp16
+            )
         except Exception as error:  # ExecuTorch's own failures are findings: record them with their cause
             failed = True
             log.emit("error", program=name, **error_fields(error))

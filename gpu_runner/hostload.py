@@ -1,0 +1,106 @@
+"""What else the host did while something was timed, read from ``/proc`` (Linux; elsewhere: unknown).
+
+``LoadMeter`` brackets a timing window: the host's whole busy CPU time over the window (``/proc/stat``),
+this process's own (``os.times``, reaped children included) and the difference, the CPU other processes
+took, each in cores (CPU seconds over wall seconds), with the 1-minute load average at both ends.
+``free_cores`` samples the same before a timing, so an eager baseline can use as many threads as the
+host has cores nobody else is using. ``host_id`` names the host, so a speed-up can check that both of its
+measurements were taken on the same one.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+
+from gpu_runner.result import HostLoad
+
+_STAT = Path("/proc/stat")
+_LOADAVG = Path("/proc/loadavg")
+_MACHINE_ID = (Path("/etc/machine-id"), Path("/var/lib/dbus/machine-id"))
+# /proc/stat counts in clock ticks (10 ms at the usual 100 Hz): over a shorter window than this the
+# shares are mostly rounding, and are left unknown.
+MIN_WINDOW_S = 0.5
+
+
+def cores() -> int:
+    return os.cpu_count() or 1
+
+
+def _busy_seconds() -> float | None:
+    """CPU seconds the whole host has spent busy since boot (every state but idle and iowait)."""
+    try:
+        first = _STAT.read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return None
+    if first[0] != "cpu":
+        return None
+    ticks = [int(value) for value in first[1:9]]  # user nice system idle iowait irq softirq steal
+    busy = sum(ticks) - ticks[3] - ticks[4]
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def _loadavg() -> float | None:
+    try:
+        return float(_LOADAVG.read_text().split()[0])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _own_seconds() -> float:
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+class LoadMeter:
+    """``start()`` before the timed window, ``stop()`` after it."""
+
+    def __init__(self) -> None:
+        self._start = 0.0
+        self._busy: float | None = None
+        self._own = 0.0
+        self._loadavg: float | None = None
+
+    def start(self) -> LoadMeter:
+        self._loadavg = _loadavg()
+        self._busy, self._own = _busy_seconds(), _own_seconds()
+        self._start = time.perf_counter()
+        return self
+
+    def stop(self) -> HostLoad:
+        window = time.perf_counter() - self._start
+        busy_now, own_now = _busy_seconds(), _own_seconds()
+        load = HostLoad(cores=cores(), window_s=round(window, 3))
+        load.loadavg_1m_start, load.loadavg_1m_end = self._loadavg, _loadavg()
+        if window >= MIN_WINDOW_S and self._busy is not None and busy_now is not None:
+            busy = min((busy_now - self._busy) / window, float(load.cores))
+            own = min((own_now - self._own) / window, busy)
+            load.busy_cores = round(busy, 3)
+            load.own_cores = round(own, 3)
+            load.other_cores = round(max(busy - own, 0.0), 3)
+        return load
+
+
+def free_cores(sample_s: float = 1.0) -> tuple[int, HostLoad]:
+    """The cores nobody else is using (at least one), from ``sample_s`` seconds of watching the host
+    while this process sleeps; and what was seen."""
+    meter = LoadMeter().start()
+    time.sleep(sample_s)
+    seen = meter.stop()
+    taken = seen.other_cores if seen.other_cores is not None else 0.0
+    return max(1, round(seen.cores - taken)), seen
+
+
+def host_id() -> str:
+    """This host's machine id (``/etc/machine-id``) and name; the name alone where there is no id."""
+    name = socket.gethostname()
+    for path in _MACHINE_ID:
+        try:
+            machine = path.read_text().strip()
+        except OSError:
+            continue
+        if machine:
+            return f"{machine}/{name}"
+    return name

@@ -1,0 +1,140 @@
+"""Device timing that can be trusted: bounded in time, every timed chunk's outputs checked, replicas in
+fresh processes judged together, and a speed-up only from two trusted measurements."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from standin_runtimes import FlakyOutputRuntime, SlowRuntime
+
+from coverfarm.baseline import BaselineResult, speedup
+from coverfarm.hostlock import HostLock
+from coverfarm.result import Options
+from gpu_runner.bundle_run import run_bundle
+from gpu_runner.hostload import host_id
+from gpu_runner.replicas import run_replicated
+from gpu_runner.result import DeviceResult, Isolation, LatencyStats, TimingRules
+from gpu_runner.stats import MAX_S_REACHED, MIN_REACHED, combine, latency_stats, replica, timed_loop
+
+QUICK = TimingRules(warmup=1, min_chunks=5, min_s=0.0, max_s=5.0, replicas=1)
+
+
+def test_the_loop_meets_both_minimums() -> None:
+    rules = TimingRules(warmup=2, min_chunks=3, min_s=0.3, max_s=10.0)
+    seen: list[int] = []
+    timed = timed_loop(lambda i: time.sleep(0.05), rules, after=lambda i, _r, _ms: seen.append(i))
+    assert timed.stopped == MIN_REACHED and timed.warmup == 2
+    assert timed.seconds >= 0.3 and len(timed.samples_ms) >= 6  # 0.3 s of 50 ms chunks, not 3 chunks
+    assert seen == list(range(2, 2 + len(timed.samples_ms)))  # every timed chunk checked, none warm-up
+
+
+def test_iterations_are_bounded_in_time(tiny_bundles: dict[str, Path]) -> None:
+    """A slow chunk (3 program calls of 0.15 s) is timed until max_s, not 100 times: a 100-step
+    denoiser is not timed 23 times."""
+    rules = TimingRules(warmup=3, min_chunks=100, min_s=0.5, max_s=1.5, replicas=1)
+    start = time.monotonic()
+    result = run_bundle(tiny_bundles["xnnpack"], rules=rules, runtime=SlowRuntime(0.15))
+    assert result.status == "ok", result.error
+    lat = result.latency
+    assert lat is not None
+    (part,) = lat.replicas
+    assert part.stopped == MAX_S_REACHED
+    assert lat.iterations == 4 and 1.5 <= part.seconds < 2.5  # 4 chunks of ~0.45 s pass 1.5 s
+    assert part.warmup == 2  # warm-up stops once it took min_s, before its 3 chunks
+    assert time.monotonic() - start < 40  # correctness pass (50 calls) and timing, not 100 chunks
+
+
+def test_an_output_that_differs_on_one_timed_execution_fails(tiny_bundles: dict[str, Path]) -> None:
+    # step is called once by the test case and twice per chunk: 1 + 16 frames x 2 + 1 warm-up x 2 = 35
+    # calls before timing; call 41 is the second step of the third timed chunk (frame 3).
+    flaky = FlakyOutputRuntime("step", flaky_call=41)
+    result = run_bundle(tiny_bundles["xnnpack"], rules=QUICK, runtime=flaky)
+    assert result.testcase and all(c.passed for c in result.testcase)
+    assert result.frames is not None and result.frames.passed  # the correctness pass saw nothing wrong
+    assert result.status == "failed"
+    assert result.error is not None
+    assert result.error.startswith("output not stable: 1 of 5 executions differ (timed chunk 3 on frame 3")
+    # Without the alteration the same run passes: the check does not fail by itself.
+    steady = run_bundle(tiny_bundles["xnnpack"], rules=QUICK, runtime=FlakyOutputRuntime("step", 10**9))
+    assert steady.status == "ok", steady.error
+
+
+def stats(samples: list[float], rules: TimingRules) -> LatencyStats:
+    part = replica(samples, 0, sum(samples) / 1e3, MIN_REACHED)
+    return latency_stats(samples, 0, 0.0, rules, [part])
+
+
+def test_replicas_that_disagree_are_unstable() -> None:
+    rules = TimingRules()
+    first = stats([10.0, 10.1, 9.9, 10.0, 10.05], rules)
+    second = stats([11.0, 11.1, 10.9, 11.0, 11.05], rules)
+    assert combine([first, first], rules).stable
+    disagreeing = combine([first, second], rules)
+    assert not disagreeing.stable
+    assert disagreeing.replica_spread == pytest.approx(0.1)
+    assert disagreeing.unstable_reasons == ["replica medians 10, 11 ms differ by 10.0% (over 5%)"]
+    noisy = combine([first, stats([10.0, 14.0, 8.0, 10.0, 12.0], rules)], rules)
+    assert not noisy.stable and noisy.unstable_reasons[0].startswith("replica 2: CV 0.2")
+
+
+def test_replicas_run_in_fresh_processes_under_one_lock(
+    tiny_bundles: dict[str, Path], tmp_path: Path
+) -> None:
+    rules = QUICK.model_copy(update={"replicas": 2})
+    result = run_replicated(
+        tiny_bundles["xnnpack"], rules=rules, lock=HostLock(tmp_path / "timing.lock"), runner_id=7
+    )
+    assert result.status == "ok", result.error
+    lat = result.latency
+    assert lat is not None and len(lat.replicas) == 2 and lat.iterations == 10
+    assert all(r.isolation is not None and r.isolation.acquired for r in lat.replicas)
+    assert all(r.outputs is not None and r.outputs.executions == 5 for r in lat.replicas)
+    assert result.runner_id == 7 and result.host_id == host_id()
+    assert lat.rules == rules and lat.replica_spread is not None
+
+
+def trusted(median: float, cv_spread: float = 0.01) -> LatencyStats:
+    rules = TimingRules()
+    samples = [median * (1 + cv_spread * k) for k in (-1, 0, 1, 0, 0)]
+    isolated = Isolation(lock="/tmp/lock", acquired=True, waited_s=0.0)
+    parts = [replica(samples, 0, 1.0, MIN_REACHED) for _ in range(2)]
+    for part in parts:
+        part.isolation = isolated
+    lat = latency_stats(samples * 2, 0, 0.0, rules, parts)
+    lat.frames = 16
+    return lat
+
+
+def test_a_speedup_only_from_two_trusted_measurements_of_one_runner_and_host() -> None:
+    host = host_id()
+    eager = BaselineResult(
+        policy="act", options=Options(), frames=16, status="ok", latency=trusted(40.0), runner_id=3,
+        host_id=host,
+    )  # fmt: skip
+    device = DeviceResult(
+        bundle_sha256="0" * 64, status="ok", latency=trusted(10.0), runner_id=3, host_id=host
+    )
+    allowed = speedup(eager, device)
+    assert allowed.allowed and allowed.value == pytest.approx(4.0) and allowed.reasons == []
+
+    noisy = device.model_copy(update={"latency": trusted(10.0, cv_spread=0.2)})
+    refused = speedup(eager, noisy)
+    assert not refused.allowed and refused.value is None
+    assert refused.reasons[0].startswith("the device run is unstable: replica 1: CV")
+
+    other = speedup(eager, device.model_copy(update={"runner_id": 4}))
+    assert other.reasons == ["timed by different or unknown runners (device 4, baseline 3)"]
+    elsewhere = speedup(eager, device.model_copy(update={"host_id": "another/host"}))
+    assert elsewhere.reasons[0].startswith("timed on different or unknown hosts")
+    beside = trusted(10.0)
+    beside.replicas[1].isolation = Isolation(lock="/tmp/lock", acquired=False, waited_s=1800.0)
+    crowded = speedup(eager, device.model_copy(update={"latency": beside}))
+    assert crowded.reasons == [
+        "the device run's replica 2 timed beside a CPU stage (waited 1800 s for the host's timing lock)"
+    ]
+    frame0 = trusted(10.0)
+    frame0.frames = 1
+    assert "different inputs" in speedup(eager, device.model_copy(update={"latency": frame0})).reasons[0]
+    assert speedup(None, device).reasons == ["no eager baseline"]
