@@ -17,7 +17,8 @@ from coverfarm.cell_view import Kind
 from coverfarm.cli import analyze, build_parser
 from coverfarm.result import Options, ResultDocument, StageResult, StageStatus, WeightsInfo, error_line
 from dashboard.views import device_field
-from gpu_runner.result import DeviceResult, LatencyStats
+from gpu_runner.result import DeviceResult, Isolation, LatencyStats, TimingRules
+from gpu_runner.stats import MIN_REACHED, replica
 
 CLASS = "cpu-x86_64-xnnpack"
 
@@ -44,16 +45,21 @@ def test_the_cause_is_the_line_that_says_what_went_wrong(text: str | None, line:
 
 
 def latency(median_ms: float, stable: bool = True, cv: float = 0.02) -> LatencyStats:
+    """Timed under the timing rules, under the host's lock: a speed-up may come of it when stable."""
+    isolated = Isolation(lock="/tmp/timing.lock", acquired=True, waited_s=0.0)
+    part = replica([median_ms] * 3, 1, 1.0, MIN_REACHED).model_copy(update={"isolation": isolated})
     return LatencyStats(
         warmup=1, iterations=3, samples_ms=[median_ms] * 3, median_ms=median_ms, p90_ms=median_ms,
-        min_ms=median_ms, mean_ms=median_ms, cv=cv, stable=stable, load_ms=1.0,
+        min_ms=median_ms, mean_ms=median_ms, cv=cv, stable=stable, load_ms=1.0, rules=TimingRules(),
+        replicas=[part, part], frames=16,
     )  # fmt: skip
 
 
 def baseline(median_ms: float, stable: bool = True) -> BaselineResult:
     return BaselineResult(
-        policy="act", options=Options(), frames=1, latency=latency(median_ms, stable, 0.2), status="ok"
-    )
+        policy="act", options=Options(), frames=1, latency=latency(median_ms, stable, 0.2), status="ok",
+        runner_id=1, host_id="h",
+    )  # fmt: skip
 
 
 def device_view(run: DeviceResult | None = None, timer: BaselineResult | None = None, **more: object) -> Cell:
@@ -62,7 +68,9 @@ def device_view(run: DeviceResult | None = None, timer: BaselineResult | None = 
 
 
 def run(median_ms: float, stable: bool = True, cv: float = 0.02) -> DeviceResult:
-    return DeviceResult(bundle_sha256="ab" * 32, status="ok", latency=latency(median_ms, stable, cv))
+    return DeviceResult(
+        bundle_sha256="ab" * 32, status="ok", latency=latency(median_ms, stable, cv), runner_id=1, host_id="h"
+    )
 
 
 def test_a_stable_run_and_a_stable_baseline_give_a_speedup() -> None:

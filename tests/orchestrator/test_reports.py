@@ -24,6 +24,8 @@ from coverfarm.result import (
     TraceInfo,
 )
 from coverfarm.settings import Settings
+from gpu_runner.result import Board, DeviceResult, ExecutorchInfo, ProbeReport
+from gpu_runner.stats import latency_stats
 from orchestrator.db import take_outbox
 from orchestrator.devices import repository as devices
 from orchestrator.jobs import service as jobs
@@ -267,8 +269,13 @@ def device_sweep(
     """A sweep of act on Vulkan whose cell ran on mali-g610 with these samples."""
     sweep = sweeps.get(session, stored_sweep(session, settings, {"act": ACT}))
     (cell,) = sweep.cells
-    probe = {"executorch": {"version": "1.5"}}
-    document = {"latency": {"samples_ms": samples}, "runtime": runtime, "probe": probe}
+    probe = ProbeReport(
+        board=Board(cores=8, arch="aarch64"), vulkan_status="ok", executorch=ExecutorchInfo(version="1.5")
+    )
+    document = DeviceResult(
+        bundle_sha256="0" * 64, policy="act", backend="vulkan", device_class="mali-g610", status="ok",
+        runtime=runtime, probe=probe, latency=latency_stats(samples, 0, 0.0),  # type: ignore[arg-type]
+    ).model_dump(mode="json")  # fmt: skip
     devices.upsert_run(
         session,
         {"cell_id": cell.id, "device_class": "mali-g610", "source": "import", "status": "ok",
