@@ -27,7 +27,7 @@ from gpu_runner.stats import latency_stats
 from worker.stages.bounded import run_bounded
 from worker.stages.events import EventLog, error_fields
 
-MAX_FRAMES = 16  # the bundle holds 16 frames (design.md)
+MAX_FRAMES = 16  # the bundle holds up to 16 frames (docs/design.md)
 LATENCY_METHOD = (
     "wall clock of each whole action chunk (the adapter's chunk plan on its eager modules, "
     "torch.no_grad, batch 1) in a fresh child process; load_ms is building the policy with the engine's "

@@ -42,7 +42,7 @@ for helper_dir in (TESTS / "farm", TESTS / "orchestrator"):
 OK = StageResult(status=StageStatus.OK, seconds=1.5)
 TEST_WORKER = "dashboard-test@here"
 
-# The tracker's Vulkan policies, in its order (reference/vulkan-tracker-issue.md).
+# The tracker's Vulkan policies, in the ExecuTorch Vulkan tracker issue's order (coverfarm/catalog.py).
 TRACKER_POLICIES = [
     "act", "diffusion", "dm05", "eo1", "evo1", "fastwam", "fineart_vla", "flux3", "gaussian_actor", "groot",
     "lawam", "lingbot_va", "lingbot_vla_v2", "molmoact2", "multi_task_dit", "pi0", "pi05", "pi0_fast",
