@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from farmtools import TOKEN, sweep_done, wait_for
+from farmkit import TOKEN, sweep_done, wait_for
 from runnertools import StartRunner, run_cli
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
