@@ -5,9 +5,9 @@ references before it takes work (docs/design.md, "Users and their three jobs"). 
 backend, built by this module under ``orchestrator/artifacts/health/<backend>/`` (XNNPACK and Vulkan,
 the same program lowered with each backend's stock partitioner) so that the orchestrator, which never
 imports torch, can serve it; ``python -m worker.health orchestrator/artifacts/health/vulkan vulkan``
-rebuilds one (after an ExecuTorch upgrade, say) and prints where it went. The Vulkan one is lowered here with the
-wheel's ``VulkanPartitioner``; the wheel has no Vulkan runtime, so it runs only on a runner whose
-runtime registers ``VulkanBackend``. Imports torch and ExecuTorch: CPU worker side only.
+rebuilds one (after an ExecuTorch upgrade, say) and prints where it went. The Vulkan one is lowered
+here with the wheel's ``VulkanPartitioner``; the wheel has no Vulkan runtime, so it runs only on a
+runner whose runtime registers ``VulkanBackend``. Imports torch and ExecuTorch: CPU worker side only.
 """
 
 from __future__ import annotations
