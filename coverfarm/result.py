@@ -58,7 +58,7 @@ class Options(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    constant_prop: bool = True  # ExecuTorch's constant_prop_pass before partitioning (design.md)
+    constant_prop: bool = True  # ExecuTorch's constant_prop_pass before partitioning (docs/design.md)
     lowering: Literal["stock", "fast"] = "fast"  # fast: exact same partitions, verified against stock
     timeout_s: float = Field(900.0, gt=0)
     seed: int = 0

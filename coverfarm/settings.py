@@ -41,7 +41,7 @@ class Settings(BaseSettings):
     policies: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(DEFAULT_POLICIES))
     backends: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(DEFAULT_BACKENDS))
 
-    # The engine's per-stage bound (design.md: 15 minutes) and the one re-run on "lower.long" gets.
+    # The engine's per-stage bound (docs/design.md: 900 s) and the one re-run on "lower.long" gets.
     stage_timeout_s: float = Field(900.0, gt=0)
     long_timeout_s: float = Field(7200.0, gt=0)
     # "module:function" with worker.engine.analyze's signature. Tests point it at a stand-in.

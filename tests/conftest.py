@@ -10,6 +10,10 @@ Under xdist (``--dist loadgroup``) each test file is one unit of work, so a file
 fixtures are built once, by the worker that runs it; files that share session fixtures are one unit
 (``SHARED_UNITS``). Files with real-policy tests come first, so that the longest units start at once and
 the quick ones fill in around them.
+
+Every test has a time bound (pytest-timeout): ``timeout`` in pyproject.toml for all of them, above
+every wait a test sets itself, and ``REAL_POLICY_TIMEOUT_S`` for a real-policy test that sets none
+(its bound covers the module fixtures it builds first: a real policy traced and lowered).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import tempfile
 import pytest
 
 os.environ.setdefault("COVERFARM_TRACE_CACHE", tempfile.mkdtemp(prefix="coverfarm-traces-"))
+
+REAL_POLICY_TIMEOUT_S = 1800
 
 # file -> the file whose unit it joins (tests/worker/enginedocs.py: the act documents both check)
 SHARED_UNITS = {"tests/worker/test_fake_weights.py": "tests/worker/test_engine_real.py"}
@@ -35,3 +41,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: _file(item) not in heavy)  # stable: each file keeps its order
     for item in items:
         item.add_marker(pytest.mark.xdist_group(SHARED_UNITS.get(_file(item), _file(item))))
+        if item.get_closest_marker("real_policy") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(REAL_POLICY_TIMEOUT_S))

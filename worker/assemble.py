@@ -2,7 +2,7 @@
 
 A policy-level number exists only when every program contributed to it: a partial sum would look like a
 measurement. Heavy math is weighted by each program's runs per chunk; op counts are not (each program
-counts once), as design.md defines.
+counts once), as docs/metrics.md defines.
 """
 
 from __future__ import annotations

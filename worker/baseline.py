@@ -34,7 +34,7 @@ from worker.stages.events import EventLog, error_fields
 if TYPE_CHECKING:
     from coverfarm.hostlock import HostLock
 
-MAX_FRAMES = 16  # the bundle holds 16 frames (design.md)
+MAX_FRAMES = 16  # the bundle holds up to 16 frames (docs/design.md)
 LATENCY_METHOD = (
     "wall clock of each whole action chunk (the adapter's chunk plan on its eager modules, "
     "torch.no_grad, batch 1) in a fresh child process per replica; load_ms is building the policy with "

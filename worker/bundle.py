@@ -1,11 +1,11 @@
 """Bundles: everything a device needs to run and check one policy on one backend, addressed by sha256.
 
-Layout (design.md): ``programs/<name>.pte`` per program; ``manifest.json`` (programs with their inputs
-and outputs by name, dtypes and shapes, runs per chunk, the chunk plan saying what feeds what, test case,
-tolerance, backend, versions); ``testcase.npz`` (each program's inputs and eager outputs on frame 0);
-``frames.npz``/``references.npz`` (16 frames and their eager action chunks); ``constants.npz``; and
-``inputs/<program>/<i>.bin``, the test case's inputs as raw little-endian bytes, which is what
-ExecuTorch's ``executor_runner --inputs`` reads. A device runner needs numpy only.
+Layout (docs/design.md, "Bundle"): ``programs/<name>.pte`` per program; ``manifest.json`` (programs with
+their inputs and outputs by name, dtypes and shapes, runs per chunk, the chunk plan saying what feeds
+what, test case, tolerance, backend, versions); ``testcase.npz`` (each program's inputs and eager outputs
+on frame 0); ``frames.npz``/``references.npz`` (16 frames and their eager action chunks);
+``constants.npz``; and ``inputs/<program>/<i>.bin``, the test case's inputs as raw little-endian bytes,
+which is what ExecuTorch's ``executor_runner --inputs`` reads. A device runner needs numpy only.
 
 The bundle's address is the sha256 of its sorted (relative path, file sha256) list, computed by
 ``bundle_digest``; the runner recomputes it to verify what it fetched.

@@ -1,13 +1,13 @@
 """The device runners' health-check bundle: one tiny program, built with the engine's own bundle writer.
 
 A new (or recovering) runner must run the bundle of one of its classes' backend and match its
-references before it takes work (design.md, "Register a new board"). The farm ships one per backend,
-built by this module under ``orchestrator/artifacts/health/<backend>/`` (XNNPACK and Vulkan, the same
-program lowered with each backend's stock partitioner) so that the orchestrator, which never imports
-torch, can serve it; ``python -m worker.health orchestrator/artifacts/health/vulkan vulkan`` rebuilds one
-(after an ExecuTorch upgrade, say) and prints where it went. The Vulkan one is lowered here with the
-wheel's ``VulkanPartitioner``; the wheel has no Vulkan runtime, so it runs only on a runner whose
-runtime registers ``VulkanBackend``. Imports torch and ExecuTorch: CPU worker side only.
+references before it takes work (docs/design.md, "Users and their three jobs"). The farm ships one per
+backend, built by this module under ``orchestrator/artifacts/health/<backend>/`` (XNNPACK and Vulkan,
+the same program lowered with each backend's stock partitioner) so that the orchestrator, which never
+imports torch, can serve it; ``python -m worker.health orchestrator/artifacts/health/vulkan vulkan``
+rebuilds one (after an ExecuTorch upgrade, say) and prints where it went. The Vulkan one is lowered
+here with the wheel's ``VulkanPartitioner``; the wheel has no Vulkan runtime, so it runs only on a
+runner whose runtime registers ``VulkanBackend``. Imports torch and ExecuTorch: CPU worker side only.
 """
 
 from __future__ import annotations

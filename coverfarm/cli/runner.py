@@ -1,6 +1,6 @@
 """``coverfarm runner``: the device runner's standalone commands (probe this host, run one bundle).
 
-Imports nothing heavy at import time: the runner side never imports torch (design.md), and the
+Imports nothing heavy at import time: the runner side never imports torch (docs/design.md), and the
 ``coverfarm`` parser is built for every command.
 """
 

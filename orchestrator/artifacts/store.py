@@ -2,8 +2,8 @@
 
 ``put`` verifies the content against its address before the bundle becomes visible (copied into a
 staging directory, hashed, renamed into place), so whatever the store holds under a name hashed to that
-name when it was stored; the runner verifies again after download (design.md: "verified by hash on both
-ends"). Putting a bundle that is already there is a no-op. No torch.
+name when it was stored; the runner verifies again after download (docs/design.md, "Security":
+verified by hash on both ends). Putting a bundle that is already there is a no-op. No torch.
 """
 
 from __future__ import annotations

@@ -212,7 +212,7 @@ def finish(session: Session, job_id: int, attempt: int, doc: ResultDocument, set
     _close_attempt(session, job, status.value)
     transition(session, job, status, f"attempt {attempt} stored its result ({doc.status.value})")
     if status is JobStatus.SLOW and job.stage == STAGE_LOWER:
-        # design.md: a stage that runs out of its bound is re-run once with a longer one.
+        # docs/design.md: a stage that runs out of its bound is re-run once with a longer one.
         create(session, job.cell, STAGE_LOWER_LONG, QUEUE_LOWER_LONG, settings.long_timeout_s)
     if status is JobStatus.OK and doc.bundle is not None and artifacts.known(session, doc.bundle.sha256):
         # Sent after commit, like every job: a runner never claims a job whose row does not exist.

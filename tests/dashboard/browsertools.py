@@ -15,13 +15,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import dashtools  # puts the farm's helpers (farmtools, standin_engine) on sys.path
-import httpx
 import pytest
-from dbtools import session_broker
-from farmtools import ROOT, child_env, coverfarm_command, free_port, stop
-
-from coverfarm.settings import Settings
+from farmkit import free_port, session_broker, start_server, start_worker, stop
 
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
@@ -48,17 +43,7 @@ LAPTOP = (1366, 768)
 SAVED: list[Path] = []  # this session's screenshots, listed at the end of the run
 
 
-def settings_from(env: dict[str, str]) -> Settings:
-    prefix = "COVERFARM_"
-    values = {key.removeprefix(prefix).lower(): value for key, value in env.items() if key.startswith(prefix)}
-    return Settings.model_validate(values)
-
-
-def process_env(live_env: dict[str, str]) -> dict[str, str]:
-    env = child_env(live_env)
-    # The gated stand-in engine (here) and the farm's stand-in it wraps, importable by the worker.
-    env["PYTHONPATH"] = os.pathsep.join([str(dashtools.HERE), str(dashtools.TESTS / "farm"), str(ROOT)])
-    return env
+HERE = Path(__file__).resolve().parent  # the gated stand-in engine (gated_engine.py), for the workers
 
 
 def require_chromium() -> None:
@@ -118,7 +103,7 @@ class Orchestrator:
     """``coverfarm serve`` on a port of its own, which keeps its port across a restart."""
 
     def __init__(self, live_env: dict[str, str], log_dir: Path) -> None:
-        self.env = process_env(live_env)
+        self.env = live_env
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_dir = log_dir
@@ -128,25 +113,7 @@ class Orchestrator:
     def start(self) -> None:
         self.starts += 1
         log = self.log_dir / f"serve-{self.starts}.log"
-        with log.open("wb") as out:
-            self.process = subprocess.Popen(
-                coverfarm_command("serve", "--port", str(self.port)),
-                env=self.env,
-                cwd=ROOT,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{self.url}/api/sweeps", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"coverfarm serve did not start:\n{log.read_text()}")
-            time.sleep(0.1)
+        self.process, _ = start_server(self.env, log, port=self.port, path=[HERE])
 
     def stop(self) -> None:
         if self.process is not None:
@@ -154,22 +121,9 @@ class Orchestrator:
             self.process = None
 
 
-def start_worker(live_env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            coverfarm_command("worker", "--name", "grid@%h"),
-            env=process_env(live_env),
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    deadline = time.monotonic() + 60
-    while b" ready." not in log.read_bytes():
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"worker did not start:\n{log.read_text()}")
-        time.sleep(0.1)
-    return process
+def start_grid_worker(live_env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """A worker running the gated stand-in engine."""
+    return start_worker(live_env, log, "grid", path=[HERE])
 
 
 class Gates:

@@ -14,26 +14,33 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import browsertools
-import dashtools  # before dbtools and farmtools: it puts their directories on sys.path
 import httpx
 import pytest
 import redis
-from dbtools import recreate_database, session_broker
-from farmtools import stop
-from fastapi.testclient import TestClient
-from sqlalchemy import Connection, Engine, create_engine
+from farmkit import (
+    admin,
+    broker,
+    client,
+    connection,
+    engine,
+    recreate_database,
+    session_broker,
+    sessions,
+    settings_from,
+    stop,
+)
 from sqlalchemy.orm import Session, sessionmaker
 
+from coverfarm import catalog
 from coverfarm.settings import Settings
-from orchestrator.app import create_app
 from orchestrator.db import make_engine, make_sessionmaker
 from orchestrator.migrate import upgrade
 
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
 
-DATABASE = "coverfarm_test_dashboard"
-BROKER = session_broker(12)
+__all__ = ["admin", "broker", "client", "connection", "engine", "sessions"]  # farmkit's fixtures
+
 TOKEN = "dashboard-test-token"
 
 
@@ -41,50 +48,12 @@ TOKEN = "dashboard-test-token"
 def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     return Settings(
         home=tmp_path_factory.mktemp("dashboard-home"),
-        database_url=recreate_database(DATABASE),
-        broker_url=BROKER,
+        database_url=recreate_database("coverfarm_test_dashboard"),
+        broker_url=session_broker(12),
         admin_token=TOKEN,
-        policies=dashtools.TRACKER_POLICIES,
+        policies=list(catalog.POLICIES),
         backends=["vulkan", "xnnpack"],
     )
-
-
-@pytest.fixture(scope="session")
-def engine(settings: Settings) -> Iterator[Engine]:
-    upgrade(settings)
-    engine = create_engine(settings.sqlalchemy_url)
-    yield engine
-    engine.dispose()
-
-
-@pytest.fixture
-def connection(engine: Engine) -> Iterator[Connection]:
-    with engine.connect() as conn:
-        outer = conn.begin()
-        yield conn
-        outer.rollback()
-
-
-@pytest.fixture
-def sessions(connection: Connection) -> sessionmaker[Session]:
-    # Each unit of work's commit becomes a savepoint release inside the test's transaction.
-    return sessionmaker(bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False)
-
-
-@pytest.fixture
-def client(settings: Settings, sessions: sessionmaker[Session]) -> Iterator[TestClient]:
-    broker = redis.Redis.from_url(BROKER)
-    broker.flushdb()
-    app = create_app(settings, sessions=sessions, background=False)
-    with TestClient(app) as test_client:
-        yield test_client
-    broker.flushdb()
-    broker.close()
-
-
-@pytest.fixture
-def admin() -> dict[str, str]:
-    return {"Authorization": f"Bearer {TOKEN}"}
 
 
 # --- browser tests ---------------------------------------------------------------------------------
@@ -99,7 +68,7 @@ def live_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "COVERFARM_DATABASE_URL": recreate_database(browsertools.LIVE_DATABASE),
         "COVERFARM_BROKER_URL": browsertools.LIVE_BROKER,
         "COVERFARM_ADMIN_TOKEN": TOKEN,
-        "COVERFARM_POLICIES": ",".join(dashtools.TRACKER_POLICIES),
+        "COVERFARM_POLICIES": ",".join(catalog.POLICIES),
         "COVERFARM_BACKENDS": "vulkan,xnnpack",
         "COVERFARM_ENGINE": "gated_engine:analyze",
         "COVERFARM_STAGE_TIMEOUT_S": "30",
@@ -111,13 +80,13 @@ def live_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "GATE_DIR": str(tmp_path_factory.mktemp("gates")),
         "STANDIN_SECONDS": "0.05",
     }
-    upgrade(browsertools.settings_from(env))
+    upgrade(settings_from(env))
     return env
 
 
 @pytest.fixture(scope="session")
 def live_settings(live_env: dict[str, str]) -> Settings:
-    return browsertools.settings_from(live_env)
+    return settings_from(live_env)
 
 
 @pytest.fixture(scope="session")
@@ -158,7 +127,7 @@ def gates(live_env: dict[str, str]) -> Iterator[browsertools.Gates]:
 def worker(
     live_env: dict[str, str], gates: browsertools.Gates, tmp_path: Path
 ) -> Iterator[subprocess.Popen[bytes]]:
-    process = browsertools.start_worker(live_env, tmp_path / "worker.log")
+    process = browsertools.start_grid_worker(live_env, tmp_path / "worker.log")
     yield process
     gates.open_all()
     stop(process)

@@ -7,10 +7,8 @@ worker.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from html.parser import HTMLParser
-from pathlib import Path
 
 from celery import Celery
 from sqlalchemy.orm import Session
@@ -32,22 +30,8 @@ from coverfarm.settings import Settings
 from orchestrator.db import unit_of_work
 from orchestrator.jobs import service as jobs
 
-HERE = Path(__file__).resolve().parent
-TESTS = HERE.parent
-# The farm's and the orchestrator's test helpers (farmtools, dbtools, standin_engine).
-for helper_dir in (TESTS / "farm", TESTS / "orchestrator"):
-    if str(helper_dir) not in sys.path:
-        sys.path.insert(0, str(helper_dir))
-
 OK = StageResult(status=StageStatus.OK, seconds=1.5)
 TEST_WORKER = "dashboard-test@here"
-
-# The tracker's Vulkan policies, in its order (reference/vulkan-tracker-issue.md).
-TRACKER_POLICIES = [
-    "act", "diffusion", "dm05", "eo1", "evo1", "fastwam", "fineart_vla", "flux3", "gaussian_actor", "groot",
-    "lawam", "lingbot_va", "lingbot_vla_v2", "molmoact2", "multi_task_dit", "pi0", "pi05", "pi0_fast",
-    "smolvla", "tdmpc", "vla_jepa", "vqbet", "wall_oss_05", "wall_x", "xvla",
-]  # fmt: skip
 
 
 def memory_celery() -> Celery:

@@ -20,7 +20,6 @@ from browsertools import (
     wait_until,
 )
 from dashtools import (
-    TRACKER_POLICIES,
     export_failed,
     export_slow,
     fail,
@@ -29,9 +28,10 @@ from dashtools import (
     start,
     store,
 )
-from farmtools import wait_for
+from farmkit import wait_for
 from sqlalchemy.orm import Session, sessionmaker
 
+from coverfarm import catalog
 from coverfarm.result import Blocker
 from coverfarm.settings import Settings
 
@@ -194,7 +194,7 @@ def _job_status(sessions: sessionmaker[Session], sweep: dict[str, Any]) -> str:
 
 def _tracker_like_sweep(api: httpx.Client, sessions: sessionmaker[Session], settings: Settings) -> Any:
     """25 policies × 2 backends mid-sweep, its numbers taken from the tracker issue's Vulkan table."""
-    sweep = submit(api, TRACKER_POLICIES, ["vulkan", "xnnpack"])
+    sweep = submit(api, list(catalog.POLICIES), ["vulkan", "xnnpack"])
     jobs = {(c["policy"], c["backend"]): c["jobs"][0]["id"] for c in sweep["cells"]}
     convs = [
         Blocker(op="aten.convolution.default", reason="op args not supported", count=6, macs=770),

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from dbtools import recreate_database, session_broker
+from farmkit import recreate_database, session_broker
 from fastapi.testclient import TestClient
 from golden_sweep import NOW, Built, build
 from sqlalchemy import create_engine

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from farmtools import ROOT, child_env, coverfarm_command
+from farmkit import ROOT, child_env, coverfarm_command
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent  # the bundle-making stand-in engine (bundle_engine.py)
 StartRunner = Callable[..., subprocess.Popen[bytes]]
 
 
 def child_env_with_engine(farm_env: dict[str, str], **extra: str) -> dict[str, str]:
-    env = child_env(farm_env, **extra)
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env["PYTHONPATH"]])  # bundle_engine importable
-    return env
+    return child_env(farm_env, [HERE], **extra)
 
 
 def run_cli(farm_env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:

@@ -91,31 +91,40 @@ def test_credential_is_stored_hashed_and_revocable(
 
 
 def test_health_check_then_offline_then_quarantined_again(
-    client: TestClient, admin: dict[str, str], sessions: sessionmaker[Session], settings: Settings
-) -> None:
+    client: TestClient, admin: dict[str, str], sessions: sessionmaker[Session], settings: Settings,
+    tmp_path: Path,
+) -> None:  # fmt: skip
     runner_id, credential = enrol(client, admin)
-    sweep = submit(client, admin)
+    sweep = submit(client, admin, backends=["xnnpack"])
+    lower_with_bundle(sessions, settings, sweep["cells"][0]["jobs"][0]["id"], "act", tmp_path)  # type: ignore[index]
     with sessions() as session:
-        job = session.scalars(select(Job).order_by(Job.id.desc())).first()
-        assert job is not None
-        session.commit()
+        job_id = device_jobs(session, int(sweep["id"]))[0].id  # type: ignore[call-overload]
     # A quarantined runner may not claim (423) until its health check passes.
+    quarantined = client.post(f"/api/device-jobs/{job_id}/claim", headers=credential)
+    assert quarantined.status_code == 423 and "health check first" in quarantined.json()["detail"]
     make_healthy(client, credential)
     bad = device_result("0" * 64, status="failed")
     wrong = client.post(
         "/api/runners/me/health-check", headers=credential,
         json={"device_class": CLASS, "sha256": "0" * 64, "result": bad},
     )  # fmt: skip
-    assert wrong.status_code == 403
+    assert wrong.status_code == 403  # not a health-check bundle: the runner stays healthy
+    assert client.post("/api/runners/me/heartbeat", headers=credential).json()["state"] == "healthy"
     with sessions() as session:
         runner = session.get(Runner, runner_id)
         assert runner is not None
         runner.last_heartbeat = utcnow() - timedelta(seconds=settings.heartbeat_timeout_s + 1)
         session.flush()
-        assert runner_id in devices.mark_silent_offline(session, settings)
+        assert devices.mark_silent_offline(session, settings) == [runner_id]
         session.commit()
+        assert runner.state == "offline" and runner.state_reason is not None
+        assert runner.state_reason.startswith("missed heartbeats: silent for ")
+        assert runner.state_reason.endswith(f" s (timeout {settings.heartbeat_timeout_s:g} s)")
+    # Heard from again: quarantined, and no claim until a new health check passes.
     assert client.post("/api/runners/me/heartbeat", headers=credential).json()["state"] == "quarantined"
-    assert sweep["device_classes"] == [CLASS]
+    assert client.post(f"/api/device-jobs/{job_id}/claim", headers=credential).status_code == 423
+    make_healthy(client, credential)
+    assert client.post(f"/api/device-jobs/{job_id}/claim", headers=credential).status_code == 200
 
 
 def test_sweep_device_classes_are_validated(client: TestClient, admin: dict[str, str]) -> None:

@@ -4,7 +4,11 @@ on to a device ✓ with its latency, correctness figures and eager PyTorch timed
 same host, run by a runner enrolled with a real token. Both sides follow the timing rules, and the
 speed-up exists only when both are stable; on a loaded machine they may not be, and then none is given.
 Its own redis-server and orchestrator (on the session's database), so only the real-engine worker takes
-its lower jobs."""
+its lower jobs.
+
+The sweep's options are those of the engine's own real-policy tests (tests/worker/enginedocs.py:
+real weights, seed 0, 16 frames), so the worker finds act's trace in the session's trace cache when
+those tests ran first, and traces it for them otherwise."""
 
 from __future__ import annotations
 
@@ -16,13 +20,14 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
-from farmtools import (
+from farmkit import (
     ROOT,
     TOKEN,
     coverfarm_command,
     free_port,
     start_redis,
     start_server,
+    start_worker,
     stop,
     sweep_done,
     wait_for,
@@ -39,6 +44,9 @@ from orchestrator.devices.speedups import speedup_of
 from orchestrator.models import Cell, DeviceBaseline, DeviceRun, Sweep
 
 CLASS = f"cpu-{os.uname().machine}-xnnpack"
+# The whole sweep: act traced (or found in the cache), lowered for Vulkan and XNNPACK, the XNNPACK bundle
+# run and its eager baseline timed, one after another on this 2-core machine.
+SWEEP_BOUND_S = 1500
 
 
 @pytest.fixture
@@ -54,20 +62,11 @@ def real_farm(farm_env: dict[str, str], tmp_path: Path) -> Iterator[tuple[dict[s
         "COVERFARM_DEVICE_TIMEOUT_S": "600",
         "COVERFARM_HEARTBEAT_TIMEOUT_S": "60",
     }
-    server, url = start_server(env, tmp_path / "serve.log")
-    processes = [redis_process, server]
-    with (tmp_path / "worker.log").open("wb") as out:
-        processes.append(
-            subprocess.Popen(
-                coverfarm_command("worker", "--name", "cpu-real@%h"),
-                env=child_env_with_engine(env),
-                cwd=ROOT,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        )
+    processes = [redis_process]
     try:
+        server, url = start_server(env, tmp_path / "serve.log")
+        processes.append(server)
+        processes.append(start_worker(env, tmp_path / "worker.log", "cpu-real"))
         yield env, url
     finally:
         for process in reversed(processes):
@@ -75,7 +74,7 @@ def real_farm(farm_env: dict[str, str], tmp_path: Path) -> Iterator[tuple[dict[s
 
 
 @pytest.mark.real_policy
-@pytest.mark.timeout(2400)
+@pytest.mark.timeout(SWEEP_BOUND_S + 300)
 def test_act_through_the_farm_to_tracker_rows_and_a_device_tick(
     real_farm: tuple[dict[str, str], str], farm_sessions: sessionmaker[Session], tmp_path: Path
 ) -> None:
@@ -96,13 +95,13 @@ def test_act_through_the_farm_to_tracker_rows_and_a_device_tick(
                 "policies": ["act"],
                 "backends": ["vulkan", "xnnpack"],
                 "device_classes": [CLASS],  # an XNNPACK class: the Vulkan cell gets no device run
-                "options": {"lowering": "fast"},
+                "options": {"lowering": "fast", "weights": "real"},  # the session's act trace
                 "timeout_s": 900,
             }
             response = api.post("/api/sweeps", json=body)
             assert response.status_code == 201, response.text
             sweep_id = response.json()["id"]
-            sweep = wait_for(lambda: sweep_done(api, sweep_id), 2100, "act on both backends")
+            sweep = wait_for(lambda: sweep_done(api, sweep_id), SWEEP_BOUND_S, "act on both backends")
             reports = {
                 backend: api.get(f"/api/sweeps/{sweep_id}/report.md", params={"backend": backend}).text
                 for backend in ("vulkan", "xnnpack")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from alembic import command
-from dbtools import recreate_database
+from farmkit import recreate_database
 from sqlalchemy import create_engine, inspect, text
 
 from coverfarm.settings import Settings

@@ -11,7 +11,7 @@ import stat
 from pathlib import Path
 
 import httpx
-from farmtools import sweep_done, wait_for
+from farmkit import sweep_done, wait_for
 from runnertools import run_cli
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker

@@ -9,7 +9,7 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
-from farmtools import ROOT, coverfarm_command, free_port
+from farmkit import ROOT, coverfarm_command, free_port
 from runnertools import child_env_with_engine
 
 CLASS = f"cpu-{os.uname().machine}-xnnpack"

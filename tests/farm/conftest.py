@@ -10,23 +10,19 @@ database or flush the queues of another that is running.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
+import farmkit
 import httpx
-import psycopg
 import pytest
-from farmtools import (
-    ROOT,
+from farmkit import (
     TOKEN,
     StartWorker,
-    child_env,
-    coverfarm_command,
     free_port,
+    process_database,
+    settings_from,
     start_redis,
     start_server,
     stop,
@@ -37,20 +33,6 @@ from sqlalchemy.orm import Session, sessionmaker
 from coverfarm.settings import Settings
 from orchestrator.db import make_engine, make_sessionmaker
 from orchestrator.migrate import upgrade
-
-PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
-DATABASE_PREFIX = "coverfarm_test_farm_"
-
-
-def _drop_abandoned_databases(conn: psycopg.Connection[Any]) -> None:
-    """Drop the databases of earlier test sessions whose process is gone (killed before teardown)."""
-    names = conn.execute(
-        "SELECT datname FROM pg_database WHERE datname LIKE 'coverfarm_test_farm_%'"
-    ).fetchall()
-    for (name,) in names:
-        pid = name.removeprefix(DATABASE_PREFIX)
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="session")
@@ -63,40 +45,29 @@ def farm_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def farm_env(tmp_path_factory: pytest.TempPathFactory, farm_broker: str) -> Iterator[dict[str, str]]:
-    database = f"{DATABASE_PREFIX}{os.getpid()}"
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        _drop_abandoned_databases(conn)
-        conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{database}"')
-    env = {
-        "COVERFARM_HOME": str(tmp_path_factory.mktemp("farm-home")),
-        "COVERFARM_DATABASE_URL": f"postgresql://postgres@127.0.0.1:5432/{database}",
-        "COVERFARM_BROKER_URL": farm_broker,
-        "COVERFARM_ADMIN_TOKEN": TOKEN,
-        "COVERFARM_POLICIES": "act,vqbet,pi05,diffusion",
-        "COVERFARM_BACKENDS": "vulkan,xnnpack",
-        "COVERFARM_ENGINE": "standin_engine:analyze",
-        "COVERFARM_STAGE_TIMEOUT_S": "30",
-        "COVERFARM_LONG_TIMEOUT_S": "1200",
-        # Short heartbeats so that a killed worker's job comes back within seconds.
-        "COVERFARM_HEARTBEAT_INTERVAL_S": "1",
-        "COVERFARM_HEARTBEAT_TIMEOUT_S": "8",
-        "COVERFARM_RECONCILE_INTERVAL_S": "0.5",
-    }
-    upgrade(farm_settings_from(env))
-    yield env
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-
-
-def farm_settings_from(env: dict[str, str]) -> Settings:
-    values = {key.removeprefix("COVERFARM_").lower(): value for key, value in env.items()}
-    return Settings.model_validate(values)
+    with process_database("coverfarm_test_farm_") as database_url:
+        env = {
+            "COVERFARM_HOME": str(tmp_path_factory.mktemp("farm-home")),
+            "COVERFARM_DATABASE_URL": database_url,
+            "COVERFARM_BROKER_URL": farm_broker,
+            "COVERFARM_ADMIN_TOKEN": TOKEN,
+            "COVERFARM_POLICIES": "act,vqbet,pi05,diffusion",
+            "COVERFARM_BACKENDS": "vulkan,xnnpack",
+            "COVERFARM_ENGINE": "standin_engine:analyze",
+            "COVERFARM_STAGE_TIMEOUT_S": "30",
+            "COVERFARM_LONG_TIMEOUT_S": "1200",
+            # Short heartbeats so that a killed worker's job comes back within seconds.
+            "COVERFARM_HEARTBEAT_INTERVAL_S": "1",
+            "COVERFARM_HEARTBEAT_TIMEOUT_S": "8",
+            "COVERFARM_RECONCILE_INTERVAL_S": "0.5",
+        }
+        upgrade(settings_from(env))
+        yield env
 
 
 @pytest.fixture(scope="session")
 def farm_settings(farm_env: dict[str, str]) -> Settings:
-    return farm_settings_from(farm_env)
+    return settings_from(farm_env)
 
 
 @pytest.fixture(scope="session")
@@ -132,22 +103,10 @@ def start_worker(farm_env: dict[str, str], tmp_path: Path) -> Iterator[StartWork
         name: str, ready_timeout: float = 60, env: dict[str, str] | None = None, **extra_env: str
     ) -> subprocess.Popen[bytes]:
         """A worker on the farm's settings, or on ``env`` (another farm) when given."""
-        log = tmp_path / f"{name}.log"
-        with log.open("wb") as out:
-            process = subprocess.Popen(
-                coverfarm_command("worker", "--name", f"{name}@%h"),
-                env=child_env(env or farm_env, **extra_env),
-                cwd=ROOT,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group: the test can SIGKILL all of it
-            )
+        process = farmkit.start_worker(
+            env or farm_env, tmp_path / f"{name}.log", name, ready_timeout, **extra_env
+        )
         started.append(process)
-        deadline = time.monotonic() + ready_timeout
-        while b" ready." not in log.read_bytes():
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"worker {name} did not start:\n{log.read_text()}")
-            time.sleep(0.2)
         return process
 
     yield start

@@ -6,7 +6,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from farmtools import TOKEN, StartWorker, child_env, coverfarm_command, free_port
+from farmkit import TOKEN, StartWorker, child_env, coverfarm_command, free_port
 
 from coverfarm.cli import main
 

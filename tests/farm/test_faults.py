@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from farmtools import TOKEN, StartWorker, free_port, start_redis, start_server, stop, sweep_done, wait_for
+from farmkit import TOKEN, StartWorker, free_port, start_redis, start_server, stop, sweep_done, wait_for
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 

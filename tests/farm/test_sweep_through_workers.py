@@ -7,7 +7,7 @@ import signal
 from typing import Any
 
 import httpx
-from farmtools import StartWorker, sweep_done, wait_for
+from farmkit import StartWorker, sweep_done, wait_for
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 

@@ -10,7 +10,7 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from dbtools import recreate_database
+from farmkit import recreate_database
 from sqlalchemy import create_engine, inspect, text
 
 from coverfarm.settings import Settings

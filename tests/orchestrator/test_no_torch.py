@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from dbtools import ROOT
+from farmkit import ROOT
 
 CHECK = """
 import sys

@@ -4,6 +4,7 @@ jobs.finish) and that differ in one cell and one blocker group."""
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from dataclasses import dataclass
 
@@ -72,7 +73,7 @@ class Cell:
     blockers: list[Blocker]
 
 
-def document(policy: str, cell: Cell) -> ResultDocument:
+def document(policy: str, cell: Cell, versions: dict[str, str] = VERSIONS) -> ResultDocument:
     ok = StageResult(status=StageStatus.OK)
     return ResultDocument(
         policy=policy,
@@ -86,7 +87,7 @@ def document(policy: str, cell: Cell) -> ResultDocument:
         heavy_macs=HeavyMacs(total=cell.macs[0], on_backend=cell.macs[1]),
         programs=Programs(count=cell.programs),
         blockers=cell.blockers,
-        versions=VERSIONS,
+        versions=versions,
     )
 
 
@@ -103,7 +104,14 @@ VQBET_B = Cell(
 )
 
 
-def stored_sweep(session: Session, settings: Settings, cells: dict[str, Cell]) -> int:
+def stored_sweep(
+    session: Session,
+    settings: Settings,
+    cells: dict[str, Cell],
+    versions: dict[str, dict[str, str]] | None = None,
+) -> int:
+    """A sweep of these cells on Vulkan, each with its document stored; ``versions`` per policy where
+    they are not ``VERSIONS``."""
     sweep = sweeps.create(
         session, settings, SweepCreate(policies=list(cells), backends=["vulkan"], timeout_s=60)
     )
@@ -111,7 +119,8 @@ def stored_sweep(session: Session, settings: Settings, cells: dict[str, Cell]) -
     for cell in sweep.cells:
         job = cell.jobs[0]
         assert jobs.start(session, job.id, "w1", settings) is not None
-        jobs.finish(session, job.id, 1, document(cell.policy, cells[cell.policy]), settings)
+        doc = document(cell.policy, cells[cell.policy], (versions or {}).get(cell.policy, VERSIONS))
+        jobs.finish(session, job.id, 1, doc, settings)
     session.flush()
     return sweep.id
 
@@ -326,3 +335,101 @@ def test_a_change_that_does_not_persist_or_comes_from_another_stack_is_not_count
     native = act_change(diff_sweeps(reference, other, device_samples(session, reference),
                                     device_samples(session, other)))  # fmt: skip
     assert native is not None and not native.flagged  # its previous sweep of the same cell: none
+
+
+# --- the rows each report state gives, as exact text ------------------------------------------------
+
+
+def known_issues_rows(text: str) -> list[str]:
+    """The rows of the Known issues table (the lines after its header and rule)."""
+    lines = text.splitlines()
+    start = lines.index("| Problem | Policies | If supported | Extra programs | Status |") + 2
+    return list(itertools.takewhile(lambda line: line.startswith("|"), lines[start:]))
+
+
+def test_known_issues_say_no_repro_and_does_not_reproduce_with_why(
+    client: TestClient, session: Session, settings: Settings
+) -> None:
+    elu = Blocker(op=ELU[0], reason=ELU[1], count=2, macs=0, programs_if_supported=2,
+                  repro_note="only the 24 heaviest groups of a cell get a repro")  # fmt: skip
+    conv = Blocker(op=CONV[0], reason=CONV[1], count=3, macs=3000, programs_if_supported=18,
+                   repro=repro(*CONV, ready=False))  # fmt: skip
+    failed = Repro(text="OP_NAME = 'aten.cumsum.default'\n", reproduced=False, error="Timeout: over 180 s")
+    cumsum = Blocker(op="aten.cumsum.default", reason="no operator implementation", count=1, macs=0,
+                     repro=failed)  # fmt: skip
+    bare = Blocker(op="aten.sort.default", reason="no operator implementation", count=1, macs=0)
+    sweep_id = stored_sweep(
+        session, settings,
+        {"act": Cell(ops=(100, 98), macs=(1000, 1000), programs=3, blockers=[elu]),
+         "vqbet": Cell(ops=(200, 195), macs=(4000, 1000), programs=20, blockers=[conv, cumsum, bare])},
+    )  # fmt: skip
+    text = client.get(f"/api/sweeps/{sweep_id}/report.md", params={"backend": "vulkan"}).text
+    assert known_issues_rows(text) == [
+        "| `aten.convolution.default`: op args not supported. "
+        "| vqbet (75% of its heavy math stays on the CPU, 3 nodes) "
+        "| vqbet: ops 195 → 198 / 200, heavy math 25% → 100% | 2 "
+        "| Repro does not reproduce (repro 1: shows input dtype torch.int64 not in {torch.float32}) |",
+        "| `aten.elu.default`: no operator implementation. | act (2 nodes) | act: ops 98 → 100 / 100 | 1 "
+        "| No repro: only the 24 heaviest groups of a cell get a repro |",
+        "| `aten.cumsum.default`: no operator implementation. | vqbet (1 node) | vqbet: ops 195 → 196 / 200 "
+        "| - | Repro does not reproduce (repro 2: Timeout: over 180 s) |",
+        "| `aten.sort.default`: no operator implementation. | vqbet (1 node) | vqbet: ops 195 → 196 / 200 "
+        "| - | No repro: none recorded |",
+    ]
+    assert (
+        "Repro 1: `aten.convolution.default` (op args not supported), from a node of vqbet; "
+        "does not reproduce the reason."
+    ) in text
+    # A repro that failed before printing anything shows its error as its output.
+    assert "Repro 2: `aten.cumsum.default` (no operator implementation), from a node of vqbet" in text
+    assert text.endswith("Output:\n\n```\nTimeout: over 180 s\n```\n")
+
+
+def test_nothing_left_on_the_cpu_and_mixed_versions(
+    client: TestClient, session: Session, settings: Settings
+) -> None:
+    sweep_id = stored_sweep(
+        session,
+        settings,
+        {
+            "act": Cell(ops=(100, 100), macs=(1000, 1000), programs=1, blockers=[]),
+            "vqbet": Cell(ops=(200, 200), macs=(4000, 4000), programs=1, blockers=[]),
+        },
+        versions={"vqbet": {**VERSIONS, "executorch": "9.10.0", "transformers": "7.8.0"}},
+    )
+    text = client.get(f"/api/sweeps/{sweep_id}/report.md", params={"backend": "vulkan"}).text
+    built_on = text[text.index("### Built on") : text.index("### Known issues")].splitlines()
+    assert built_on[2:5] == [
+        "  • ExecuTorch: 9.10.0 (vqbet); 9.9.1 (act) (its backends' Python code is what was measured).",
+        "  • torch 8.8.2, transformers 7.7.3 (act); 7.8.0 (vqbet).",
+        "  • LeRobot: 6.6.4.",
+    ]
+    assert text.endswith("### Known issues\n\nNothing is left on the CPU by Vulkan in the stored results.\n")
+    assert client.get(f"/api/sweeps/{sweep_id}/blockers").json()["groups"] == []
+
+
+def test_diff_lists_the_cells_of_one_sweep_only(
+    client: TestClient, session: Session, settings: Settings
+) -> None:
+    a = stored_sweep(session, settings, {"act": ACT, "vqbet": VQBET_A})
+    b = stored_sweep(session, settings, {"act": ACT, "diffusion": ACT})
+    diff = client.get(f"/api/sweeps/{a}/diff/{b}").json()
+    assert (diff["only_in_a"], diff["only_in_b"], diff["changed"]) == (
+        ["vqbet/vulkan"],
+        ["diffusion/vulkan"],
+        [],
+    )
+    # vqbet's convolution group leaves with it; diffusion's elu group is no new group, since a group is
+    # a (backend, op, reason) and act has that one in both sweeps.
+    assert [(g["op"], g["policies"]) for g in diff["blockers_vanished"]] == [(CONV[0], ["vqbet"])]
+    assert diff["blockers_appeared"] == []
+    assert client.get(f"/api/sweeps/{a}/diff/{b}.md").text == (
+        f"Sweep {a} → sweep {b}\n"
+        "\n"
+        f"Only in sweep {a}: vqbet/vulkan\n"
+        "\n"
+        f"Only in sweep {b}: diffusion/vulkan\n"
+        "\n"
+        "Blocker groups that vanished:\n"
+        f"- Vulkan: {CONV[0]} ({CONV[1]}) in vqbet\n"
+    )

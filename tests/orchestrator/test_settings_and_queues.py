@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from dbtools import ROOT
+from farmkit import ROOT
 from pydantic import ValidationError
 
 from coverfarm.queues import QUEUES, make_celery, time_limits, visibility_timeout

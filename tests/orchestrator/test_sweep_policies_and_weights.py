@@ -6,10 +6,14 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from coverfarm import catalog
+from coverfarm.result import Options
 from coverfarm.settings import Settings
 from orchestrator.errors import Invalid
+from orchestrator.models import Cell
 from orchestrator.sweeps.schemas import SweepCreate
 from orchestrator.sweeps.service import _check
 
@@ -28,13 +32,20 @@ def test_an_unknown_policy_is_refused_by_name(tmp_path: Path) -> None:
     assert "unknown policy 'nope'" in error["msg"]
 
 
-def test_weights_is_a_sweep_option_recorded_in_every_cell(client: TestClient, admin: dict[str, str]) -> None:
-    body = {"policies": ["act"], "backends": ["vulkan", "xnnpack"], "options": {"weights": "fake"}}
-    response = client.post("/api/sweeps", json=body, headers=admin)
-    assert response.status_code == 201, response.text
-    sweep = response.json()
-    assert sweep["options"]["weights"] == "fake"
-    assert {cell["options"]["weights"] for cell in sweep["cells"]} == {"fake"}
+def test_weights_is_a_sweep_option_recorded_in_every_cell(
+    client: TestClient, admin: dict[str, str], session: Session
+) -> None:
+    def stored_weights(options: dict[str, str]) -> set[str]:
+        """The weights the engine is given: each stored cell's options, read back as the worker does."""
+        body = {"policies": ["act"], "backends": ["vulkan", "xnnpack"], "options": options}
+        response = client.post("/api/sweeps", json=body, headers=admin)
+        assert response.status_code == 201, response.text
+        cells = session.scalars(select(Cell).where(Cell.sweep_id == response.json()["id"])).all()
+        assert len(cells) == 2
+        return {Options.model_validate(cell.options).weights for cell in cells}
+
+    assert stored_weights({"weights": "fake"}) == {"fake"}
+    assert stored_weights({}) == {"auto"}  # the engine's default when the sweep does not choose
 
 
 def test_an_unknown_weights_mode_is_422(client: TestClient, admin: dict[str, str]) -> None:

@@ -9,9 +9,10 @@ from coverfarm.result import Options, ResultDocument
 
 Analyzed = Callable[[str, str, Options], ResultDocument]
 
-# One reference frame: the frame count changes no coverage figure and no program, so one document per
-# cell serves the engine's checks and the fake-weight comparison alike.
-ONE_FRAME = Options(weights="real", frames=1)
+# The farm's own options for a real-weight cell (16 reference frames): one document per cell serves the
+# engine's checks and the fake-weight comparison alike, and the trace is the one the farm's worker in
+# tests/devices/test_farm_real_act.py looks up in the session's trace cache (the same trace key).
+SESSION_OPTIONS = Options(weights="real")
 
 
 class SessionDocuments:

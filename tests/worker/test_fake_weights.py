@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from enginedocs import ONE_FRAME, Analyzed
+from enginedocs import SESSION_OPTIONS, Analyzed
 
 from coverfarm import tracker
 from coverfarm.result import ResultDocument, StageStatus
@@ -31,8 +31,8 @@ def coverage(doc: ResultDocument) -> dict[str, Any]:
 @pytest.mark.parametrize("backend", ["xnnpack", "vulkan"])
 def test_fake_weights_give_the_real_coverage(backend: str, analyzed: Analyzed) -> None:
     # The real-weight document is the one the engine's own act tests check (tests/worker/enginedocs.py).
-    real = analyzed("act", backend, ONE_FRAME)
-    fake = analyzed("act", backend, ONE_FRAME.model_copy(update={"weights": "fake"}))
+    real = analyzed("act", backend, SESSION_OPTIONS)
+    fake = analyzed("act", backend, SESSION_OPTIONS.model_copy(update={"weights": "fake"}))
     assert real.partition.status is fake.partition.status is StageStatus.OK, (real.partition, fake.partition)
     assert real.ops.total and real.ops.on_backend is not None
     assert coverage(fake) == coverage(real)
@@ -55,8 +55,8 @@ def test_fake_weights_give_the_real_coverage(backend: str, analyzed: Analyzed) -
 
 
 def test_fake_weights_give_vqbets_partial_vulkan_coverage(analyzed: Analyzed) -> None:
-    real = analyzed("vqbet", "vulkan", ONE_FRAME)
-    fake = analyzed("vqbet", "vulkan", ONE_FRAME.model_copy(update={"weights": "fake"}))
+    real = analyzed("vqbet", "vulkan", SESSION_OPTIONS)
+    fake = analyzed("vqbet", "vulkan", SESSION_OPTIONS.model_copy(update={"weights": "fake"}))
     assert real.partition.status is fake.partition.status is StageStatus.OK, (real.partition, fake.partition)
     assert real.heavy_macs.on_backend is not None and 0 < real.heavy_macs.on_backend < real.heavy_macs.total
     assert real.blockers and real.programs.count is not None and real.programs.count > 1

@@ -19,7 +19,7 @@ def op_name(node: torch.fx.Node) -> str:
 
 
 def is_counted(node: torch.fx.Node) -> bool:
-    """design.md: call_function nodes, not counting getitem and delegate calls."""
+    """docs/metrics.md: call_function nodes, not counting getitem and delegate calls."""
     if node.op != "call_function":
         return False
     if node.target is operator.getitem:

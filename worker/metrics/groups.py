@@ -1,7 +1,7 @@
 """Connected groups: weakly connected groups of the nodes a backend's support check accepts.
 
 Computed in linear time with union-find before the partitioner runs, so it exists even when partitioning
-does not finish. design.md explains why it is not a bound on the partition count in either direction.
+does not finish. docs/metrics.md explains why it is not a bound on the partition count in either direction.
 """
 
 from __future__ import annotations

@@ -94,12 +94,16 @@ def run_bounded(
             )
         phase, phase_start = first_phase, time.monotonic()
         spent: dict[str, float] = {}
-        peaks: dict[str, int] = {}
+        peaks: dict[str, int] = {}  # of the phases that ended
+        # (wall clock, peak) of the samples not yet charged to a phase: a phase event is read after the
+        # samples taken since it was written, so a sample belongs to the phase its time falls in.
+        samples: list[tuple[float, int]] = []
+        exit_peak: int | None = None
         seen = 0
         timed_out: str | None = None
         try:
             while True:
-                sampled = peak_rss_bytes(child.pid) or 0  # read before the events it is charged to
+                samples.append((time.time(), peak_rss_bytes(child.pid) or 0))
                 returncode, exit_peak = _reap(child)
                 events = read_events(events_path)
                 now = time.monotonic()
@@ -108,9 +112,10 @@ def run_bounded(
                         on_event(event)
                     if event["event"] == "phase" and event["phase"] != phase:
                         spent[phase] = spent.get(phase, 0.0) + now - phase_start
-                        peaks[phase] = max(peaks.get(phase, 0), sampled)
+                        ended = _before(samples, event)
+                        peaks[phase] = max([peaks.get(phase, 0), *(peak for _, peak in ended)])
+                        samples = samples[len(ended) :]
                         phase, phase_start = event["phase"], now
-                peaks[phase] = max(peaks.get(phase, 0), sampled, exit_peak or 0)
                 seen = len(events)
                 if returncode is not None:
                     break
@@ -123,6 +128,7 @@ def run_bounded(
             if child.poll() is None:
                 _kill_group(child)
         spent[phase] = spent.get(phase, 0.0) + time.monotonic() - phase_start
+        peaks[phase] = max([peaks.get(phase, 0), exit_peak or 0, *(peak for _, peak in samples)])
         events = read_events(events_path)
         if on_event is not None:
             for event in events[seen:]:
@@ -135,6 +141,18 @@ def run_bounded(
             log_tail=_tail(log_path),
             phase_peak_bytes={name: value for name, value in peaks.items() if value},
         )
+
+
+def _before(samples: list[tuple[float, int]], event: dict[str, Any]) -> list[tuple[float, int]]:
+    """The leading samples taken before ``event`` was written (its ``t``, the same wall clock). A sample
+    taken after a phase event may already hold what the next phase allocated first; peaks are
+    cumulative, so it counts for the next phase only, and the phase that ended keeps the last sample
+    taken inside it. An event without a time takes every sample (it cannot be placed)."""
+    written = float(event.get("t", float("inf")))
+    count = 0
+    while count < len(samples) and samples[count][0] < written:
+        count += 1
+    return samples[:count]
 
 
 def _reap(child: subprocess.Popen[bytes]) -> tuple[int | None, int | None]:

@@ -5,9 +5,8 @@ equal running it with the eager modules on frame 0, and the policy's own chunk c
 (``eager_chunk``) must equal the plan's output. The denoising policies run their default 100 DDPM steps
 far too slowly for a test here, so at the default config only the plan's first calls are compared, and the
 whole plan and ``eager_chunk`` are checked on a small checkpoint of the same policy (a few inference
-steps, a tiny CLIP for multi_task_dit), which also covers loading a local checkpoint. tdmpc (its CEM
-planner costs seconds per chunk here) and multi_task_dit at its default size (two CLIP towers) are marked
-``real_policy``.
+steps, a tiny CLIP for multi_task_dit), which also covers loading a local checkpoint. Every trace of a
+policy at its full default size is marked ``real_policy``; the small checkpoints are not.
 """
 
 from __future__ import annotations
@@ -201,6 +200,7 @@ def test_ddpm_step_equals_diffusers_step(steps: int) -> None:
 # --- the six policies -----------------------------------------------------------------------------------
 
 
+@pytest.mark.real_policy
 def test_act() -> None:
     policy = traced("act")
     assert policy.plan.runs_per_chunk() == {"forward": 1}
@@ -210,6 +210,7 @@ def test_act() -> None:
     assert policy.eager_chunk(policy.make_frame(0))["action"].shape == (1, 100, 14)
 
 
+@pytest.mark.real_policy
 def test_gaussian_actor() -> None:
     policy = traced("gaussian_actor")
     assert not data_dependent_or_random_ops(policy)
@@ -232,6 +233,7 @@ def test_tdmpc() -> None:
     check_whole_plan(policy)
 
 
+@pytest.mark.real_policy
 def test_vqbet() -> None:
     policy = traced("vqbet")
     assert policy.plan.runs_per_chunk() == {"forward": 1}
@@ -240,6 +242,7 @@ def test_vqbet() -> None:
     assert policy.plan.run(policy.eager, policy.make_frame(1))["action"].shape == (1, 5, 2)
 
 
+@pytest.mark.real_policy
 def test_diffusion_default() -> None:
     policy = traced("diffusion")
     assert policy.plan.runs_per_chunk() == {"observation": 1, "denoise_step": 100}
