@@ -33,7 +33,7 @@ from orchestrator.devices.schemas import (
 )
 from orchestrator.events import repository as events
 from orchestrator.jobs import service as jobs
-from orchestrator.jobs.transitions import lock_job
+from orchestrator.jobs.transitions import lock_job, transition
 from orchestrator.models import Job, JobStatus, Runner, RunnerState
 
 
@@ -246,6 +246,7 @@ def import_result(session: Session, document: dict[str, Any], settings: Settings
         raise Unprocessable(f"bundle {result.bundle_sha256} is not one the farm knows (no cell produced it)")
     for cell in cells:
         _store(session, cell.id, result.device_class, result, body, runner_id=runner.id, source="import")
+        _settle_queued_run(session, cell.jobs, result.device_class, runner.id)
         events.emit(
             session,
             "device",
@@ -259,6 +260,18 @@ def import_result(session: Session, document: dict[str, Any], settings: Settings
         bundle_sha256=result.bundle_sha256,
         cells=[cell.id for cell in cells],
     )
+
+
+def _settle_queued_run(session: Session, cell_jobs: list[Job], device_class: str, runner_id: int) -> None:
+    """The cell's bundle-run job of the class, still queued, has its result now: it is withdrawn (with
+    that reason), so no live runner runs it again and the sweep can end. A running one is left alone:
+    its runner's result will replace the imported one."""
+    stage = jobs.device_stage(device_class)
+    for job in cell_jobs:
+        locked = lock_job(session, job.id) if job.stage == stage else None
+        if locked is not None and locked.status == JobStatus.QUEUED:
+            reason = f"a signed result of offline runner {runner_id} was imported for this cell and class"
+            transition(session, locked, JobStatus.CANCELLED, reason)
 
 
 def import_batch(session: Session, documents: list[dict[str, Any]], settings: Settings) -> ImportedBatch:

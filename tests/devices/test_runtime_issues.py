@@ -51,6 +51,12 @@ def test_a_refusal_is_a_short_cell_a_built_on_line_and_a_runtime_known_issue(
         )
         assert stored.status_code == 201, stored.text
 
+    # The bundle runs still queued for the class have their results: withdrawn, so the sweep ends.
+    state = client.get(f"/api/sweeps/{sweep['id']}").json()
+    assert state["state"] == "done", state["state"]
+    runs = [job for cell in state["cells"] for job in cell["jobs"] if job["stage"] == f"run:{CLASS}"]
+    assert [job["status"] for job in runs] == ["cancelled", "cancelled"]
+
     report = client.get(f"/api/sweeps/{sweep['id']}/report.md").text
     where = (
         "IndexTensor.cpp:76: (indices_list->size() == 1) is false! "
