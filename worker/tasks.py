@@ -25,7 +25,7 @@ from celery.signals import worker_ready, worker_shutdown
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from coverfarm.periodic import Periodic
+from coverfarm.periodic import Outage, Periodic
 from coverfarm.queues import LOWER_TASK, LowerMessage, make_celery
 from coverfarm.result import Options, ResultDocument
 from coverfarm.settings import Settings, get_settings
@@ -115,14 +115,22 @@ def job_heartbeat(rt: Runtime, job_id: int, attempt: int, worker: str) -> Period
 
 def worker_heartbeat(rt: Runtime, worker: str) -> Periodic:
     """The worker's own heartbeat, from its main process whether or not it runs a job, so that the
-    reconciler can tell an idle worker from a dead one (and mark the dead one offline)."""
+    reconciler can tell an idle worker from a dead one (and mark the dead one offline). A database that
+    stays away past the heartbeat timeout is said once and then tried less often, not every beat."""
+    outage = Outage("the farm's database", patience_s=rt.settings.heartbeat_timeout_s, log=log)
 
     def beat() -> None:
+        if not outage.due():
+            return
         try:
             with rt.transaction() as session:
                 workers.seen(session, worker)
-        except Exception:
-            log.exception("heartbeat of worker %s failed", worker)
+        except Exception as error:
+            outage.failed(f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
+            if not outage.gone:
+                log.warning("heartbeat of worker %s failed: %s", worker, type(error).__name__)
+            return
+        outage.succeeded()
 
     return Periodic(beat, rt.settings.heartbeat_interval_s, "worker-heartbeat", join_timeout_s=5)
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from coverfarm.cli.farm import DEFAULT_URL, _request, _token
 from coverfarm.errors import UserError
+from coverfarm.processes import start_child
 from coverfarm.settings import Settings, get_settings
 
 CLI = "import sys; from coverfarm.cli import main; sys.exit(main())"
@@ -183,8 +184,6 @@ def start_local_runner(
     from gpu_runner.config import load
 
     classes = [name for name in load(path).device_classes if name.endswith("-xnnpack")]
-    runner = subprocess.Popen(
-        [sys.executable, "-c", CLI, "runner", "start", "--config", str(path)], start_new_session=True
-    )
+    runner = start_child([sys.executable, "-c", CLI, "runner", "start", "--config", str(path)])
     print(f"coverfarm: local device runner for {', '.join(classes) or 'no class'}", file=sys.stderr)
     return runner, classes

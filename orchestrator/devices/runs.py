@@ -188,9 +188,9 @@ def infra_error(session: Session, runner: Runner, job_id: int, body: InfraError,
     """The runner could not run the job for reasons of its own (download failed, runtime would not
     start): the job goes back to the queue and the runner back to its health check."""
     job = _own_attempt(session, runner, job_id, body.attempt)
-    first_line = body.error.strip().splitlines()[-1]
-    jobs.give_back(session, job, f"runner {runner.id} infrastructure error: {first_line}", settings)
-    service.quarantine(session, runner.id, f"infrastructure error on job {job_id}: {first_line}")
+    cause = jobs.last_line(body.error, "no cause given")
+    jobs.give_back(session, job, f"runner {runner.id} infrastructure error: {cause}", settings)
+    service.quarantine(session, runner.id, f"infrastructure error on job {job_id}: {cause}")
 
 
 def import_result(session: Session, document: dict[str, Any], settings: Settings) -> Imported:

@@ -82,7 +82,9 @@ def is_baseline(job: Job) -> bool:
 
 
 def _send(session: Session, job: Job) -> None:
-    job.sent_at = utcnow()
+    # Stamped again once the broker has the message (orchestrator.db.mark_sent): until then the job is
+    # owed a send, which the reconciler makes should this one fail.
+    job.sent_at = None
     device_class = device_class_of(job)
     message: LowerMessage | DeviceMessage
     if device_class is not None:
@@ -214,6 +216,13 @@ def finish(session: Session, job_id: int, attempt: int, doc: ResultDocument, set
         create_device_jobs(session, job.cell, settings)
 
 
+def last_line(text: str, fallback: str) -> str:
+    """The last non-blank line of an error (a traceback's says what failed); ``fallback`` when it is
+    all blank."""
+    lines = text.strip().splitlines()
+    return lines[-1].strip() if lines else fallback
+
+
 def fail(session: Session, job_id: int, attempt: int, error: str) -> None:
     """End a job whose engine raised (no result document): the cause is stored on the job."""
     job = _current(session, job_id, attempt)
@@ -221,8 +230,9 @@ def fail(session: Session, job_id: int, attempt: int, error: str) -> None:
         return
     job.error = error
     _close_attempt(session, job, JobStatus.FAILED.value, error)
-    first_line = error.strip().splitlines()[-1] if error.strip() else "engine failed"
-    transition(session, job, JobStatus.FAILED, f"attempt {attempt} raised: {first_line}")
+    transition(
+        session, job, JobStatus.FAILED, f"attempt {attempt} raised: {last_line(error, 'engine failed')}"
+    )
 
 
 def _lose_attempt(session: Session, job: Job, reason: str, settings: Settings) -> bool:
@@ -282,7 +292,12 @@ def reconcile(session: Session, settings: Settings) -> list[int]:
             _send(session, job)
             resent.append(job.id)
     for job in repository.unsent_queued(session, now - timedelta(seconds=settings.resend_after_s)):
-        log.warning("job %s queued since %s and not started; sending it again", job.id, job.sent_at)
+        if job.id in resent:  # re-queued just above, its message already in the outbox
+            continue
+        if job.sent_at is None:
+            log.warning("job %s has no message on the broker (its send failed); sending it", job.id)
+        else:
+            log.warning("job %s sent at %s and not started; sending it again", job.id, job.sent_at)
         _send(session, job)
         resent.append(job.id)
     return resent
