@@ -23,9 +23,10 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    event,
 )
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import Mapped, declared_attr, mapped_column, relationship
+from sqlalchemy.orm import Mapped, Mapper, declared_attr, mapped_column, relationship
 
 from orchestrator.db import Base
 
@@ -78,6 +79,22 @@ class ClippedText(TypeDecorator[str]):
 
 REASON = ClippedText(2000)  # why a job, worker or runner is in its state
 ERROR = ClippedText(20000)  # a failure's cause, traceback included
+
+
+@event.listens_for(Mapper, "mapper_configured")
+def _clip_on_assignment(mapper: Mapper[Any], cls: type) -> None:
+    """Clip a ClippedText attribute when it is assigned, not only when it is written: what the request
+    answers from the object is then what the database keeps."""
+    for column in mapper.columns:
+        if isinstance(column.type, ClippedText):
+            limit = column.type.limit
+
+            def clip_value(_target: object, value: str | None, _old: object, _initiator: object,
+                           limit: int = limit) -> str | None:  # fmt: skip
+                return clip(value, limit) if isinstance(value, str) else value
+
+            event.listen(getattr(cls, column.key), "set", clip_value, retval=True)
+
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 # SQLite only auto-increments a column declared exactly INTEGER PRIMARY KEY.
