@@ -63,6 +63,7 @@ class Outage:
         self.since: float | None = None  # monotonic time of the first failure in a row
         self.wait_s = 0.0
         self._next = 0.0
+        self._said = False
 
     @property
     def gone(self) -> bool:
@@ -74,7 +75,6 @@ class Outage:
 
     def failed(self, error: object) -> None:
         now = time.monotonic()
-        was_gone = self.gone
         if self.since is None:
             self.since = now
         if not self.gone:
@@ -82,7 +82,8 @@ class Outage:
         self.wait_s = min(max(self.wait_s * 2, self.first_wait_s), self.max_wait_s)
         self._next = now + self.wait_s
         silent = now - self.since
-        if not was_gone:
+        if not self._said:
+            self._said = True
             self.log.error("%s has not answered for %.0f s (%s); waiting, next try in %.0f s",
                            self.what, silent, error, self.wait_s)  # fmt: skip
         else:
@@ -90,6 +91,6 @@ class Outage:
                              self.what, silent, error, self.wait_s)  # fmt: skip
 
     def succeeded(self) -> None:
-        if self.gone and self.since is not None:
+        if self._said and self.since is not None:
             self.log.warning("%s answers again after %.0f s", self.what, time.monotonic() - self.since)
-        self.since, self.wait_s, self._next = None, 0.0, 0.0
+        self.since, self.wait_s, self._next, self._said = None, 0.0, 0.0, False

@@ -76,8 +76,10 @@ def check_sqlite(path: os.PathLike[str] | str) -> None:
             rows = [row[0] for row in conn.execute("PRAGMA quick_check(5)")]
         finally:
             conn.close()
-    except sqlite3.DatabaseError as error:
+    except sqlite3.Error as error:
         rows = [str(error)]
+    except UnicodeDecodeError:  # SQLite's own message quotes the damaged bytes
+        rows = ["its schema or pages hold bytes that are not text"]
     if rows != ["ok"]:
         raise UserError(
             f"the database {path} is damaged ({'; '.join(rows)}): stop every coverfarm process using it, "
