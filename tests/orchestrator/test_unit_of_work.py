@@ -84,10 +84,14 @@ def test_a_job_whose_send_failed_is_sent_by_the_next_reconciler_pass(
     assert response.status_code == 201, response.text  # what was stored is the client's
     assert broker.llen("lower") == 0
     assert sent_at(sessions) == [None]  # owed a send
-    # The next pass (every reconcile_interval_s, seconds), not resend_after_s (an hour), sends it.
+    # The reconciler's passes (every reconcile_interval_s, seconds; not resend_after_s, an hour) send
+    # it: the first sees it unsent, the next sends it (one pass of grace for a sender still at work).
     assert settings.reconcile_interval_s <= 10 < settings.resend_after_s
-    resent = reconcile_once(sessions, make_celery(settings), settings)
+    unsent: set[int] = set()
+    assert reconcile_once(sessions, make_celery(settings), settings, unsent) == []
+    assert broker.llen("lower") == 0
+    resent = reconcile_once(sessions, make_celery(settings), settings, unsent)
     assert resent == [response.json()["cells"][0]["jobs"][0]["id"]]
     assert broker.llen("lower") == 1
     assert all(stamp is not None for stamp in sent_at(sessions))
-    assert reconcile_once(sessions, make_celery(settings), settings) == []  # sent: nothing more
+    assert reconcile_once(sessions, make_celery(settings), settings, unsent) == []  # sent: nothing more
