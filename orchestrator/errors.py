@@ -33,7 +33,7 @@ class Detail(BaseModel):
 _WHY = {
     401: "no credential, or one the farm does not know",
     403: "a credential that may not do this",
-    404: "no such thing",
+    404: "no such thing (or a path naming none: an id that is not a number)",
     409: "the job has nothing to run, or is no longer this attempt's",
     413: "the body is larger than COVERFARM_MAX_BODY_BYTES",
     423: "the runner must pass its health check first",
@@ -43,3 +43,10 @@ _WHY = {
 def responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     """The ``responses`` of a route (or router) that may answer ``codes`` besides its own and 422."""
     return {code: {"model": Detail, "description": _WHY[code]} for code in codes}
+
+
+# A route answering Markdown: its refusals are JSON all the same (its response_class stays Response, so
+# that FastAPI files the refusals' schema under application/json, not under the route's media type).
+MARKDOWN: dict[int | str, dict[str, Any]] = {
+    200: {"description": "Markdown", "content": {"text/markdown": {"schema": {"type": "string"}}}}
+}

@@ -36,8 +36,9 @@ from orchestrator.inputs import Id, Offset, StrictJSONRoute
 router = APIRouter(tags=["devices"], route_class=StrictJSONRoute)
 # What a runner's own calls may answer besides their result: unknown credential, revoked runner.
 RUNNER = responses(401, 403)
-# ... and a device job's calls: not its job (403), not this attempt's (409), the body too large.
-JOB = responses(401, 403, 409, 413)
+# ... and a device job's calls: not its job (403), no such path (404), not this attempt's (409), the body
+# too large.
+JOB = responses(401, 403, 404, 409, 413)
 
 
 def _store(request: Request) -> ArtifactStore:
@@ -101,7 +102,7 @@ def report_health(
     return service.report_health(session, runner, _store(request), body)
 
 
-@router.post("/device-jobs/{job_id:int}/claim", responses=responses(401, 403, 409, 423))
+@router.post("/device-jobs/{job_id:int}/claim", responses=responses(401, 403, 404, 409, 423))
 def claim(job_id: Id, runner: RunnerDep, session: SessionDep, settings: SettingsDep) -> Claim:
     return runs.claim(session, runner, job_id, settings)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 from fastapi.responses import PlainTextResponse
 
 from orchestrator.deps import SessionDep
-from orchestrator.errors import responses
+from orchestrator.errors import MARKDOWN, responses
 from orchestrator.inputs import Id
 from orchestrator.reports import service
 from orchestrator.reports.schemas import BlockersReport, SweepDiff
@@ -29,8 +29,8 @@ def sweep_blockers(sweep_id: Id, session: SessionDep, backend: BackendQuery = No
 
 @router.get(
     "/sweeps/{a:int}/diff/{b:int}.md",
-    response_class=PlainTextResponse,
-    responses={**responses(404), 200: {"content": {"text/markdown": {}}}},
+    response_class=Response,
+    responses={**responses(404), **MARKDOWN},
 )
 def sweep_diff_markdown(a: Id, b: Id, session: SessionDep) -> PlainTextResponse:
     text = service.diff_text(service.diff(session, sweeps.get(session, a), sweeps.get(session, b)))

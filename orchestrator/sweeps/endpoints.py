@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Response, status
 from fastapi.responses import PlainTextResponse
 
 from orchestrator.deps import AdminDep, SessionDep, SettingsDep
-from orchestrator.errors import responses
+from orchestrator.errors import MARKDOWN, responses
 from orchestrator.inputs import Id, Offset, StrictJSONRoute
 from orchestrator.reports import service as reports
 from orchestrator.sweeps import service
@@ -49,8 +49,8 @@ def cancel_sweep(sweep_id: Id, session: SessionDep) -> SweepPublic:
 
 @router.get(
     "/sweeps/{sweep_id:int}/report.md",
-    response_class=PlainTextResponse,
-    responses={**responses(404), 200: {"content": {"text/markdown": {}}}},
+    response_class=Response,
+    responses={**responses(404), **MARKDOWN},
 )
 def sweep_report(
     sweep_id: Id,

@@ -173,9 +173,9 @@ def test_the_schema_publishes_every_refusal_the_endpoints_give(client: TestClien
         ("post", "/api/enrolment-tokens"): {"201", "401", "413", "422"},
         ("post", "/api/runners/enrol"): {"201", "401", "413", "422"},
         ("post", "/api/runners/me/heartbeat"): {"200", "401", "403"},
-        ("post", "/api/device-jobs/{job_id}/claim"): {"200", "401", "403", "409", "422", "423"},
-        ("post", "/api/device-jobs/{job_id}/result"): {"204", "401", "403", "409", "413", "422"},
-        ("post", "/api/device-jobs/{job_id}/infra-error"): {"204", "401", "403", "409", "413", "422"},
+        ("post", "/api/device-jobs/{job_id}/claim"): {"200", "401", "403", "404", "409", "422", "423"},
+        ("post", "/api/device-jobs/{job_id}/result"): {"204", "401", "403", "404", "409", "413", "422"},
+        ("post", "/api/device-jobs/{job_id}/infra-error"): {"204", "401", "403", "404", "409", "413", "422"},
         ("get", "/api/artifacts/{sha256}"): {"200", "401", "403", "404", "422"},
         ("post", "/api/results/import"): {"201", "401", "403", "413", "422"},
     }
@@ -187,7 +187,10 @@ def test_the_schema_publishes_every_refusal_the_endpoints_give(client: TestClien
     assert set(ops[("get", "/api/artifacts/{sha256}")]["responses"]["200"]["content"]) == {
         "application/x-tar"
     }
-    assert "text/markdown" in ops[("get", "/api/sweeps/{sweep_id}/report.md")]["responses"]["200"]["content"]
+    for markdown in ("/api/sweeps/{sweep_id}/report.md", "/api/sweeps/{a}/diff/{b}.md"):
+        answers = ops[("get", markdown)]["responses"]
+        assert set(answers["200"]["content"]) == {"text/markdown"}
+        assert set(answers["404"]["content"]) == {"application/json"}  # its refusals are JSON
 
 
 def test_service_422s_have_the_published_validation_shape(client: TestClient, admin: dict[str, str]) -> None:
