@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # Test processes (pytest-xdist): one per core here; tests/conftest.py keeps each file in one process.
 PYTEST_WORKERS ?= 2
 
-.PHONY: help install run test lint typecheck unit bench clean
+.PHONY: help install run test lint typecheck unit fuzz bench clean
 
 help:
 	@echo "make run    - a sweep end to end on the embedded default (no servers), grid served"
@@ -41,9 +41,13 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m "not fuzz" $(PYTEST_ARGS)
 
-test: lint typecheck unit
+# schemathesis over the served schema, bounded (fixed seed and examples); -s prints each run's figures.
+fuzz: $(STAMP)
+	$(BIN)/python -m pytest -n 0 -s -m fuzz tests/devices/test_fuzz.py
+
+test: lint typecheck unit fuzz
 
 run: $(STAMP)
 	$(BIN)/coverfarm up

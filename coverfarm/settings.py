@@ -67,11 +67,14 @@ class Settings(BaseSettings):
     heartbeat_interval_s: float = Field(15.0, gt=0)
     heartbeat_timeout_s: float = Field(90.0, gt=0)  # a running job silent this long is re-queued
     resend_after_s: float = Field(3600.0, gt=0)  # a queued job not started this long is sent again
-    reconcile_interval_s: float = Field(30.0, gt=0)
+    reconcile_interval_s: float = Field(10.0, gt=0)
     # A job whose worker is lost this many times fails instead of going round again (a job that
     # kills its worker, e.g. out of memory or past Celery's hard limit, would otherwise loop).
     max_attempts: int = Field(3, ge=1)
     worker_concurrency: int = Field(1, ge=1)
+
+    # The largest request body the orchestrator reads (413 past it): result documents are kilobytes.
+    max_body_bytes: int = Field(2 * 1024 * 1024, ge=1024)
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
@@ -113,7 +116,12 @@ class Settings(BaseSettings):
             if url.startswith("postgresql://"):
                 url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
             return url
-        return f"sqlite:///{self.home / 'coverfarm.db'}"
+        return f"sqlite:///{self.sqlite_path}"
+
+    @property
+    def sqlite_path(self) -> Path:
+        """The embedded default's database file."""
+        return self.home / "coverfarm.db"
 
     @property
     def celery_broker_url(self) -> str:

@@ -18,6 +18,7 @@ from coverfarm import tracker
 from dashboard import views
 from dashboard.heatmap import heatmap
 from orchestrator.deps import SessionDep
+from orchestrator.inputs import Id, Offset
 from orchestrator.models import utcnow
 from orchestrator.reports import service as reports
 from orchestrator.sweeps import cell_views, service
@@ -55,7 +56,7 @@ def _grid_context(session: SessionDep, sweep_id: int) -> dict[str, Any]:
 
 
 @router.get("/", response_class=HTMLResponse)
-def index(request: Request, session: SessionDep, offset: Annotated[int, Query(ge=0)] = 0) -> HTMLResponse:
+def index(request: Request, session: SessionDep, offset: Offset = 0) -> HTMLResponse:
     sweeps = service.list_(session, PAGE_SIZE + 1, offset)
     return templates.TemplateResponse(
         request,
@@ -70,21 +71,21 @@ def index(request: Request, session: SessionDep, offset: Annotated[int, Query(ge
     )
 
 
-@router.get("/sweeps/{sweep_id}", response_class=HTMLResponse)
-def sweep_grid(request: Request, sweep_id: int, session: SessionDep) -> HTMLResponse:
+@router.get("/sweeps/{sweep_id:int}", response_class=HTMLResponse)
+def sweep_grid(request: Request, sweep_id: Id, session: SessionDep) -> HTMLResponse:
     context = _grid_context(session, sweep_id)
     return templates.TemplateResponse(request, "grid.html", {**context, "now": utcnow()})
 
 
-@router.get("/sweeps/{sweep_id}/heatmap.svg")
-def sweep_heatmap(sweep_id: int, session: SessionDep) -> Response:
+@router.get("/sweeps/{sweep_id:int}/heatmap.svg")
+def sweep_heatmap(sweep_id: Id, session: SessionDep) -> Response:
     context = _grid_context(session, sweep_id)
     svg = _env.get_template("heatmap.svg").render(map=context["heatmap"], standalone=True)
     return Response(svg, media_type="image/svg+xml")
 
 
-@router.get("/sweeps/{sweep_id}/live.json")
-def sweep_live(sweep_id: int, session: SessionDep) -> JSONResponse:
+@router.get("/sweeps/{sweep_id:int}/live.json")
+def sweep_live(sweep_id: Id, session: SessionDep) -> JSONResponse:
     """What the page swaps in when events arrive or the stream comes back: each cell's columns as
     the grid renders them, the progress count and the heatmap, all rendered here by the same
     templates as the page (the script formats nothing itself)."""
@@ -104,10 +105,10 @@ def sweep_live(sweep_id: int, session: SessionDep) -> JSONResponse:
     )
 
 
-@router.get("/sweeps/{sweep_id}/blockers", response_class=HTMLResponse)
+@router.get("/sweeps/{sweep_id:int}/blockers", response_class=HTMLResponse)
 def sweep_blockers(
     request: Request,
-    sweep_id: int,
+    sweep_id: Id,
     session: SessionDep,
     backend: Annotated[str | None, Query(description="only this backend")] = None,
 ) -> HTMLResponse:
@@ -116,10 +117,10 @@ def sweep_blockers(
     return templates.TemplateResponse(request, "blockers.html", {"report": report, "now": utcnow()})
 
 
-@router.get("/cells/{cell_id}", response_class=HTMLResponse)
+@router.get("/cells/{cell_id:int}", response_class=HTMLResponse)
 def cell_details(
     request: Request,
-    cell_id: int,
+    cell_id: Id,
     session: SessionDep,
     partial: Annotated[bool, Query(description="only the details, for the grid's panel")] = False,
 ) -> HTMLResponse:

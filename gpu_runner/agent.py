@@ -42,7 +42,7 @@ import httpx
 
 from coverfarm.baseline import BaselineResult
 from coverfarm.cli.timing_options import as_arguments
-from coverfarm.periodic import Periodic
+from coverfarm.periodic import Outage, Periodic
 from coverfarm.result import Options
 from coverfarm.settings import Settings, get_settings
 from gpu_runner.client import FarmClient, Refused
@@ -144,6 +144,10 @@ def run_job(client: FarmClient, job_id: int, timing: Timing, work: Path) -> str:
     except Refused as refused:
         log.warning("job %s not claimed: %s", job_id, refused)
         return REQUEUE if refused.status == NOT_READY or refused.status in UNAUTHORISED else DONE
+    except httpx.TransportError as error:
+        # The orchestrator is not there: the message goes back for when it is (the supervisor waits).
+        log.warning("job %s not claimed: the orchestrator did not answer (%s)", job_id, error)
+        return REQUEUE
     attempt, sha = int(claim["attempt"]), str(claim["bundle_sha256"])
     if claim.get("kind") == "baseline":
         return run_baseline_job(client, claim, timing, work)
@@ -223,26 +227,44 @@ class Agent:
         self.stop = threading.Event()
         self.revoked: str | None = None
         self.consumer: subprocess.Popen[bytes] | None = None
+        # Silent past the farm's own heartbeat timeout (six beats), the orchestrator is gone: the
+        # consumer stops (no job can be claimed) and the supervisor tries less and less often.
+        self.outage = Outage(
+            f"the orchestrator at {config.url}", patience_s=6 * config.heartbeat_interval_s, log=log
+        )
 
     def _beat(self) -> None:
+        if not self.outage.due():
+            return
         try:
             self.client.heartbeat()
         except Refused as refused:
+            self.outage.succeeded()
             if refused.status in UNAUTHORISED:
                 self.revoked = refused.detail
                 self._shutdown()
             log.warning("heartbeat refused: %s", refused)
         except httpx.HTTPError as error:
-            log.warning("heartbeat failed: %s", error)
+            self.outage.failed(error)
+            if self.outage.gone:
+                self._stop_consumer()
+            else:
+                log.warning("heartbeat failed: %s", error)
+        else:
+            self.outage.succeeded()
+
+    def _stop_consumer(self) -> None:
+        if self.consumer is not None and self.consumer.poll() is None:
+            self.consumer.send_signal(signal.SIGTERM)
 
     def _shutdown(self, *_args: object) -> None:
         self.stop.set()
-        if self.consumer is not None and self.consumer.poll() is None:
-            self.consumer.send_signal(signal.SIGTERM)
+        self._stop_consumer()
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._shutdown)
         signal.signal(signal.SIGINT, self._shutdown)
+        signal.signal(signal.SIGHUP, self._shutdown)
         beats = Periodic(self._beat, self.config.heartbeat_interval_s, "runner-heartbeat", join_timeout_s=5)
         beats.start()
         work = work_dir(self.settings)
@@ -257,7 +279,10 @@ class Agent:
                         break
                     raise
                 except httpx.HTTPError as error:
-                    status = {"state": "unreachable", "state_reason": str(error)}
+                    self.outage.failed(error)
+                    self.stop.wait(max(self.config.heartbeat_interval_s, self.outage.wait_s, 5.0))
+                    continue
+                self.outage.succeeded()
                 log.info("runner %s: %s (%s)", self.config.runner_id, status["state"], status["state_reason"])
                 if status["state"] != "healthy":
                     self.stop.wait(max(self.config.heartbeat_interval_s, 5.0))

@@ -5,11 +5,15 @@ Never imports torch (tests/orchestrator/test_no_torch.py checks it in a fresh in
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request, status
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 
@@ -28,6 +32,17 @@ from orchestrator.sweeps.endpoints import router as sweeps_router
 from orchestrator.workers.endpoints import router as workers_router
 
 log = logging.getLogger(__name__)
+# A 422 names what is wrong; it does not echo a large input back (a 64 MiB body would get a 64 MiB 422).
+ECHO_LIMIT = 200
+
+
+def _bounded(error: dict[str, Any]) -> dict[str, Any]:
+    shown = {key: value for key, value in error.items() if key != "input"}
+    if "input" in error:
+        text = json.dumps(jsonable_encoder(error["input"]), ensure_ascii=True, default=str)
+        if len(text) <= ECHO_LIMIT:
+            shown["input"] = error["input"]
+    return shown
 
 
 def create_app(
@@ -64,7 +79,7 @@ def create_app(
             if engine is not None:
                 engine.dispose()
 
-    app = FastAPI(title="coverfarm", lifespan=lifespan)
+    app = FastAPI(title="coverfarm", lifespan=lifespan, max_body_size=settings.max_body_bytes)
     app.state.settings = settings
     app.include_router(sweeps_router, prefix="/api")
     app.include_router(reports_router, prefix="/api")
@@ -91,6 +106,13 @@ def create_app(
     @app.exception_handler(Invalid)
     async def invalid(_request: Request, error: Invalid) -> JSONResponse:
         return JSONResponse({"detail": error.errors}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+    @app.exception_handler(RequestValidationError)
+    async def unvalidated(_request: Request, error: RequestValidationError) -> JSONResponse:
+        errors = [_bounded(item) for item in error.errors()]
+        return JSONResponse(
+            {"detail": jsonable_encoder(errors)}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT
+        )
 
     return app
 

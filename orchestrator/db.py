@@ -1,17 +1,27 @@
-"""Engine, sessions and the unit of work: one session, committed once, messages sent only after commit."""
+"""Engine, sessions and the unit of work: one session, committed once, messages sent only after commit.
+
+A job's ``sent_at`` is stamped only once the broker has taken its message (after the commit), so a job
+whose send failed stays ``sent_at IS NULL`` and the reconciler sends it on its next pass. On SQLite,
+``SELECT ... FOR UPDATE`` takes the database's write lock (``BEGIN IMMEDIATE``): SQLite ignores FOR
+UPDATE, and pysqlite begins a transaction only at its first write, so two requests could otherwise both
+read a row as it was and both act on it.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from celery import Celery
-from sqlalchemy import Engine, MetaData, create_engine, event
-from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
+from sqlalchemy import Engine, MetaData, create_engine, event, update
+from sqlalchemy.orm import DeclarativeBase, ORMExecuteState, Session, sessionmaker
 
+from coverfarm.errors import UserError
 from coverfarm.queues import DeviceMessage, LowerMessage, send_device, send_lower
 from coverfarm.settings import Settings
 
@@ -34,12 +44,47 @@ class Base(DeclarativeBase):
 
 def make_engine(settings: Settings) -> Engine:
     url = settings.sqlalchemy_url
+    # hide_parameters: a failed statement's error (and the log line it becomes) does not carry its
+    # values, which may be a credential's hash.
     if url.startswith("sqlite"):
         settings.ensure_home()
-        engine = create_engine(url, connect_args={"timeout": 30})
+        create_private(settings.sqlite_path)
+        engine = create_engine(url, connect_args={"timeout": 30}, hide_parameters=True)
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return create_engine(url, pool_pre_ping=True)
+    return create_engine(url, pool_pre_ping=True, hide_parameters=True)
+
+
+def create_private(path: os.PathLike[str] | str) -> None:
+    """Create the SQLite file readable by its owner only (it holds the runners' credential hashes);
+    SQLite gives its -wal and -shm files the same mode. An existing file is made 0600 too."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
+def check_sqlite(path: os.PathLike[str] | str) -> None:
+    """UserError, saying what to do, when the SQLite file is not a sound database (PRAGMA quick_check).
+    A missing or empty file is fine: the migrations create the schema."""
+    if not os.path.exists(path) or os.path.getsize(path) == 0:
+        return
+    try:
+        conn = sqlite3.connect(path, timeout=30)
+        try:
+            rows = [row[0] for row in conn.execute("PRAGMA quick_check(5)")]
+        finally:
+            conn.close()
+    except sqlite3.Error as error:
+        rows = [str(error)]
+    except UnicodeDecodeError:  # SQLite's own message quotes the damaged bytes
+        rows = ["its schema or pages hold bytes that are not text"]
+    if rows != ["ok"]:
+        raise UserError(
+            f"the database {path} is damaged ({'; '.join(rows)}): stop every coverfarm process using it, "
+            "then restore it from a backup, or move it away to start an empty farm"
+        )
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: object) -> None:
@@ -53,6 +98,20 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: object) -> None:
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
+
+
+@event.listens_for(Session, "do_orm_execute")
+def _sqlite_for_update(state: ORMExecuteState) -> None:
+    """On SQLite, make ``SELECT ... FOR UPDATE`` lock: take the write lock before the read, so the rows
+    read are the latest and stay so until this transaction ends (see the module's docstring)."""
+    if not state.is_select or getattr(state.statement, "_for_update_arg", None) is None:
+        return
+    connection = state.session.connection()
+    if connection.dialect.name != "sqlite":
+        return
+    dbapi = connection.connection.dbapi_connection
+    if dbapi is not None and not dbapi.in_transaction:  # in one already: an earlier write holds the lock
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 @dataclass(frozen=True)
@@ -72,17 +131,53 @@ def take_outbox(session: Session) -> list[Outgoing]:
     return outbox
 
 
-def send_all(celery: Celery, outbox: list[Outgoing]) -> None:
-    # A send that fails here leaves its job queued with nothing on the broker; the reconciler sends
-    # it again (resend_after_s), so the caller still succeeds for what it stored.
+def _send(celery: Celery, item: Outgoing) -> None:
+    if isinstance(item.message, DeviceMessage):
+        send_device(celery, item.message, item.queue)
+    else:
+        send_lower(celery, item.message, item.queue, item.stage_timeout_s)
+
+
+def send_all(celery: Celery, outbox: list[Outgoing]) -> list[int]:
+    """Send each message, trying a failed one once more at once; the ids of the jobs sent.
+
+    A send that fails twice leaves its job queued, unstamped, with nothing on the broker: the
+    reconciler's next pass sends it (``sent_at IS NULL``), so the caller still succeeds for what it
+    stored.
+    """
+    sent = []
     for item in outbox:
-        try:
-            if isinstance(item.message, DeviceMessage):
-                send_device(celery, item.message, item.queue)
-            else:
-                send_lower(celery, item.message, item.queue, item.stage_timeout_s)
-        except Exception:
-            log.exception("sending job %s failed; the reconciler will send it again", item.message.job_id)
+        for attempt in (1, 2):
+            try:
+                _send(celery, item)
+            except Exception as error:
+                if attempt == 2:
+                    log.error(
+                        "sending job %s failed twice (%s: %s); the reconciler will send it",
+                        item.message.job_id, type(error).__name__, error,
+                    )  # fmt: skip
+                continue
+            sent.append(item.message.job_id)
+            break
+    return sent
+
+
+def mark_sent(factory: Callable[[], Session], job_ids: list[int]) -> None:
+    """Stamp ``sent_at`` on jobs whose message the broker took. Should this fail, the reconciler sends
+    them once more: a duplicate message is dropped by the worker's start transition."""
+    from orchestrator.models import Job, utcnow  # models import this module
+
+    try:
+        with factory() as session:
+            session.execute(
+                update(Job)
+                .where(Job.id.in_(job_ids), Job.sent_at.is_(None))
+                .values(sent_at=utcnow())
+                .execution_options(synchronize_session=False)
+            )
+            session.commit()
+    except Exception as error:
+        log.warning("jobs %s were sent but not stamped (%s): they may be sent twice", job_ids, error)
 
 
 @contextmanager
@@ -96,4 +191,6 @@ def unit_of_work(factory: Callable[[], Session], celery: Celery) -> Iterator[Ses
             session.rollback()
             take_outbox(session)
             raise
-        send_all(celery, take_outbox(session))
+        outbox = take_outbox(session)
+    if outbox and (sent := send_all(celery, outbox)):
+        mark_sent(factory, sent)

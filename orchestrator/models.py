@@ -23,9 +23,10 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    event,
 )
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import Mapped, declared_attr, mapped_column, relationship
+from sqlalchemy.orm import Mapped, Mapper, declared_attr, mapped_column, relationship
 
 from orchestrator.db import Base
 
@@ -49,6 +50,50 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is not None and value.tzinfo is None:
             return value.replace(tzinfo=UTC)
         return value
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, keeping its start and its end (a traceback's last
+    line says what failed) around a note of how much was cut."""
+    if len(text) <= limit:
+        return text
+    note = f"\n… [{len(text) - limit} characters cut] …\n"
+    keep = max(limit - len(note), 0)
+    return text[: keep // 2] + note + text[len(text) - (keep - keep // 2) :]
+
+
+class ClippedText(TypeDecorator[str]):
+    """Text stored at most ``limit`` characters long: reasons and errors come from workers and runners,
+    and a 5 MiB error would otherwise be stored whole and served back on every listing."""
+
+    impl = Text
+    cache_ok = True
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
+        return clip(value, self.limit) if value is not None else None
+
+
+REASON = ClippedText(2000)  # why a job, worker or runner is in its state
+ERROR = ClippedText(20000)  # a failure's cause, traceback included
+
+
+@event.listens_for(Mapper, "mapper_configured")
+def _clip_on_assignment(mapper: Mapper[Any], cls: type) -> None:
+    """Clip a ClippedText attribute when it is assigned, not only when it is written: what the request
+    answers from the object is then what the database keeps."""
+    for column in mapper.columns:
+        if isinstance(column.type, ClippedText):
+            limit = column.type.limit
+
+            def clip_value(_target: object, value: str | None, _old: object, _initiator: object,
+                           limit: int = limit) -> str | None:  # fmt: skip
+                return clip(value, limit) if isinstance(value, str) else value
+
+            event.listen(getattr(cls, column.key), "set", clip_value, retval=True)
 
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
@@ -123,13 +168,13 @@ class Job(Base):
     queue: Mapped[str] = mapped_column(String(64))
     timeout_s: Mapped[float] = mapped_column(Float)
     status: Mapped[JobStatus] = mapped_column(JobStatusType, default=JobStatus.QUEUED)
-    status_reason: Mapped[str | None] = mapped_column(Text)
+    status_reason: Mapped[str | None] = mapped_column(REASON)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     worker: Mapped[str | None] = mapped_column(String(255))
     # The process on ``worker``'s host that runs the current attempt: a redelivered message can tell
     # from it that the attempt died with its process (a killed pool child) and run again at once.
     worker_pid: Mapped[int | None] = mapped_column(Integer)
-    error: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(ERROR)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -153,7 +198,7 @@ class JobAttempt(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # The job's status when this attempt ended, or "lost" when its worker stopped heartbeating.
     outcome: Mapped[str | None] = mapped_column(String(16))
-    error: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(ERROR)
 
     job: Mapped[Job] = relationship(back_populates="attempts")
 
@@ -194,7 +239,7 @@ class Worker(Base):
     name: Mapped[str] = mapped_column(String(255), unique=True)
     queues: Mapped[list[str]] = mapped_column(JSONType)
     state: Mapped[str] = mapped_column(String(16))  # a WorkerState value
-    state_reason: Mapped[str | None] = mapped_column(Text)
+    state_reason: Mapped[str | None] = mapped_column(REASON)
     state_changed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_heartbeat: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
@@ -222,7 +267,7 @@ class Runner(Base):
     # never reaches the farm (coverfarm/signing.py). None: the runner signs nothing.
     signing_key: Mapped[str | None] = mapped_column(String(64))
     state: Mapped[str] = mapped_column(String(16))  # a RunnerState value
-    state_reason: Mapped[str | None] = mapped_column(Text)
+    state_reason: Mapped[str | None] = mapped_column(REASON)
     state_changed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     enrolled_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_heartbeat: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -270,7 +315,7 @@ class CellDeviceRow:
     attempt: Mapped[int | None] = mapped_column(Integer)
     status: Mapped[str] = mapped_column(String(16))
     median_ms: Mapped[float | None] = mapped_column(Float)
-    error: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(ERROR)
     document: Mapped[dict[str, Any]] = mapped_column(JSONType)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -12,6 +12,7 @@ import importlib
 import logging
 import os
 import socket
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,11 +22,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from celery import Celery, Task
+from celery.exceptions import Reject
 from celery.signals import worker_ready, worker_shutdown
 from sqlalchemy import Engine
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from coverfarm.periodic import Periodic
+from coverfarm.periodic import Outage, Periodic
 from coverfarm.queues import LOWER_TASK, LowerMessage, make_celery
 from coverfarm.result import Options, ResultDocument
 from coverfarm.settings import Settings, get_settings
@@ -36,6 +39,10 @@ from orchestrator.jobs import service as jobs
 from orchestrator.workers import service as workers
 
 log = logging.getLogger(__name__)
+
+
+class DatabaseGone(Exception):
+    """The farm's database did not answer for as long as the worker waits for it."""
 
 
 class Analyzer(Protocol):
@@ -115,14 +122,22 @@ def job_heartbeat(rt: Runtime, job_id: int, attempt: int, worker: str) -> Period
 
 def worker_heartbeat(rt: Runtime, worker: str) -> Periodic:
     """The worker's own heartbeat, from its main process whether or not it runs a job, so that the
-    reconciler can tell an idle worker from a dead one (and mark the dead one offline)."""
+    reconciler can tell an idle worker from a dead one (and mark the dead one offline). A database that
+    stays away past the heartbeat timeout is said once and then tried less often, not every beat."""
+    outage = Outage("the farm's database", patience_s=rt.settings.heartbeat_timeout_s, log=log)
 
     def beat() -> None:
+        if not outage.due():
+            return
         try:
             with rt.transaction() as session:
                 workers.seen(session, worker)
-        except Exception:
-            log.exception("heartbeat of worker %s failed", worker)
+        except Exception as error:
+            outage.failed(f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
+            if not outage.gone:
+                log.warning("heartbeat of worker %s failed: %s", worker, type(error).__name__)
+            return
+        outage.succeeded()
 
     return Periodic(beat, rt.settings.heartbeat_interval_s, "worker-heartbeat", join_timeout_s=5)
 
@@ -181,11 +196,31 @@ def store_bundle(doc: ResultDocument, settings: Settings) -> Stored | None:
         return None
 
 
+def patiently[T](rt: Runtime, what: str, work: Callable[[Session], T]) -> T:
+    """``work`` in one transaction; while the database does not answer, again after 1, 2, 4 … s, for up to
+    ``heartbeat_timeout_s`` (past it the reconciler treats the job as lost anyway); then DatabaseGone."""
+    deadline = time.monotonic() + rt.settings.heartbeat_timeout_s
+    wait = 1.0
+    while True:
+        try:
+            with rt.transaction() as session:
+                return work(session)
+        except OperationalError as error:
+            if time.monotonic() + wait > deadline:
+                raise DatabaseGone(f"{what}: the database did not answer ({error.orig!r})") from None
+            log.warning("%s: the database did not answer; trying again in %.0f s", what, wait)
+            time.sleep(wait)
+            wait = min(wait * 2, 30.0)
+
+
 def run_lower(job_id: int, worker: str, rt: Runtime) -> None:
-    with rt.transaction() as session:
-        started = jobs.start(
+    started = patiently(
+        rt,
+        f"starting job {job_id}",
+        lambda session: jobs.start(
             session, job_id, worker, rt.settings, pid=os.getpid(), attempt_alive=attempt_alive_here(worker)
-        )
+        ),
+    )
     if started is None:
         return
     out_dir = rt.settings.results_dir / f"job-{job_id}" / f"attempt-{started.attempt}"
@@ -199,14 +234,21 @@ def run_lower(job_id: int, worker: str, rt: Runtime) -> None:
             # Includes Celery's SoftTimeLimitExceeded: the engine stopped responding past every bound.
             error = traceback.format_exc()
             log.error("job %s attempt %s failed:\n%s", job_id, started.attempt, error)
-            with rt.transaction() as session:
-                jobs.fail(session, job_id, started.attempt, error)
+            patiently(
+                rt,
+                f"failing job {job_id}",
+                lambda session: jobs.fail(session, job_id, started.attempt, error),
+            )
             return
     stored = store_bundle(doc, rt.settings)
-    with rt.transaction() as session:
+
+    def store(session: Session) -> None:
         if stored is not None:
             artifacts.record(session, stored)
         jobs.finish(session, job_id, started.attempt, doc, rt.settings)
+
+    # Should the database stay away past this, the attempt is lost: the reconciler runs it again.
+    patiently(rt, f"storing the result of job {job_id}", store)
 
 
 app = make_celery(get_settings())
@@ -237,4 +279,10 @@ def _stopped(sender: Any, **_kwargs: Any) -> None:
 def lower(self: Task[Any, Any], message: dict[str, Any]) -> None:
     parsed = LowerMessage.model_validate(message)
     worker = self.request.hostname or socket.gethostname()
-    run_lower(parsed.job_id, worker, runtime())
+    try:
+        run_lower(parsed.job_id, worker, runtime())
+    except DatabaseGone as gone:
+        # The message goes back to the queue, not into the acknowledged void: the job is still queued
+        # (or its attempt will be found silent), and a worker takes it again once the database is back.
+        log.error("%s; the message goes back to the queue", gone)
+        raise Reject(str(gone), requeue=True) from None

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from coverfarm.cli import analyze, baseline, farm, results, runner, tokens
 from coverfarm.errors import UserError
+from coverfarm.processes import die_with_parent
 
 # Each module adds its sub-commands and sets ``func`` (returning the exit code) on their parsers.
 COMMAND_MODULES = [analyze, baseline, farm, runner, tokens, results]
@@ -22,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    die_with_parent()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

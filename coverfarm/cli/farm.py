@@ -21,7 +21,7 @@ import httpx
 from coverfarm import tracker
 from coverfarm.cli import offline
 from coverfarm.errors import UserError
-from coverfarm.processes import stop_group
+from coverfarm.processes import exit_on_signals, start_child, stop_group
 from coverfarm.settings import Settings, get_settings
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -112,6 +112,13 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def run_up(args: argparse.Namespace) -> int:
+    """Serve, start a worker and a local runner, submit the sweep; whatever ends it (the sweep done with
+    --once, Ctrl-C, SIGTERM, SIGHUP) stops the worker and the runner with it."""
+    with exit_on_signals():
+        return _up(args)
+
+
+def _up(args: argparse.Namespace) -> int:
     import uvicorn
 
     from orchestrator.app import create_app
@@ -122,9 +129,9 @@ def run_up(args: argparse.Namespace) -> int:
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning"))
     serving = threading.Thread(target=server.run, name="coverfarm-serve")
     serving.start()
-    worker = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from coverfarm.cli import main; sys.exit(main())", "worker"],
-        start_new_session=True,  # its own process group, stopped as a whole below
+    # Its own process group, stopped as a whole below (and by the kernel should this process be killed).
+    worker = start_child(
+        [sys.executable, "-c", "import sys; from coverfarm.cli import main; sys.exit(main())", "worker"]
     )
     runner: subprocess.Popen[bytes] | None = None
     try:
@@ -180,9 +187,12 @@ def run_worker(args: argparse.Namespace) -> int:
 
 
 def _prepare(settings: Settings) -> Settings:
+    from orchestrator.db import check_sqlite
     from orchestrator.migrate import upgrade
 
     settings.ensure_home()
+    if settings.is_embedded:
+        check_sqlite(settings.sqlite_path)  # a damaged file is refused here, not met as 500s later
     # Alembic is idempotent at head; the embedded default has nobody else to run it.
     upgrade(settings)
     return settings

@@ -21,6 +21,7 @@ from coverfarm.cli import offline
 from coverfarm.cli.farm import DEFAULT_URL, _request, _token
 from coverfarm.cli.timing_options import add_timing_options, timing_rules
 from coverfarm.errors import UserError
+from coverfarm.processes import start_child
 from coverfarm.result import error_line
 from coverfarm.settings import Settings, get_settings
 
@@ -212,8 +213,6 @@ def start_local_runner(
     from gpu_runner.config import load
 
     classes = [name for name in load(path).device_classes if name.endswith("-xnnpack")]
-    runner = subprocess.Popen(
-        [sys.executable, "-c", CLI, "runner", "start", "--config", str(path)], start_new_session=True
-    )
+    runner = start_child([sys.executable, "-c", CLI, "runner", "start", "--config", str(path)])
     print(f"coverfarm: local device runner for {', '.join(classes) or 'no class'}", file=sys.stderr)
     return runner, classes

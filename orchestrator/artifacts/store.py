@@ -18,7 +18,7 @@ from pathlib import Path
 
 from coverfarm.digest import bundle_digest
 
-SHA256 = re.compile(r"^[0-9a-f]{64}$")
+SHA256 = re.compile(r"[0-9a-f]{64}")
 CHUNK = 1 << 16
 
 
@@ -35,7 +35,8 @@ class Stored:
 
 
 def check_sha(sha256: str) -> str:
-    if not SHA256.match(sha256):
+    # fullmatch: "$" would also match before a trailing newline.
+    if not SHA256.fullmatch(sha256):
         raise ArtifactError(f"{sha256!r} is not a sha256 (64 lowercase hex digits)")
     return sha256
 

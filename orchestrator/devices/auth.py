@@ -17,6 +17,7 @@ from coverfarm.signing import credential_hash
 from orchestrator.deps import SessionDep
 from orchestrator.devices import repository
 from orchestrator.devices.errors import Forbidden, Unauthenticated
+from orchestrator.inputs import DB_INT_MAX
 from orchestrator.models import Runner, RunnerState
 
 _bearer = HTTPBearer(auto_error=False, description="a runner credential or the admin token")
@@ -30,9 +31,20 @@ def credential(runner_id: int, secret: str) -> str:
     return f"{runner_id}.{secret}"
 
 
+def runner_id_of(presented: str) -> int | None:
+    """The runner id a credential names; None when it is not ``<id>.<secret>`` with an id that can exist
+    (ASCII digits only: ``str.isdigit`` also takes ``²``, which ``int`` refuses; at most DB_INT_MAX)."""
+    ident, dot, _secret = presented.partition(".")
+    if not dot or not ident.isascii() or not ident.isdigit() or len(ident) > len(str(DB_INT_MAX)):
+        return None
+    number = int(ident)
+    return number if 1 <= number <= DB_INT_MAX else None
+
+
 def runner_for(session: Session, presented: str) -> Runner:
-    ident, dot, secret = presented.partition(".")
-    runner = repository.get_runner(session, int(ident)) if dot and ident.isdigit() else None
+    runner_id = runner_id_of(presented)
+    secret = presented.partition(".")[2]
+    runner = repository.get_runner(session, runner_id) if runner_id is not None else None
     if runner is None or not secrets.compare_digest(credential_hash(secret), runner.credential_hash):
         raise Unauthenticated("unknown runner credential (Authorization: Bearer <runner id>.<secret>)")
     if runner.state == RunnerState.REVOKED.value:

@@ -1,7 +1,10 @@
 """Refusals of the device endpoints: who is asking is unknown (401), not allowed (403), or the job is
-not theirs to run any more (409). The app turns them into JSON responses with ``detail``."""
+not theirs to run any more (409). The app turns them into JSON responses with ``detail``; a 422 has
+the validation shape of every other 422 (a list of loc, msg, type), as the OpenAPI schema says."""
 
 from __future__ import annotations
+
+from orchestrator.errors import Invalid
 
 
 class Refused(Exception):
@@ -24,8 +27,12 @@ class Conflict(Refused):
     status_code = 409
 
 
-class Unprocessable(Refused):
-    status_code = 422
+class Unprocessable(Invalid):
+    """Well-formed, but not something this endpoint can take (422), at ``loc`` of the request."""
+
+    def __init__(self, detail: str, loc: tuple[str | int, ...] = ("body",)) -> None:
+        super().__init__([{"loc": list(loc), "msg": detail, "type": "value_error"}])
+        self.detail = detail
 
 
 class Missing(Refused):

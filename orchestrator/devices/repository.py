@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -27,10 +27,35 @@ from orchestrator.models import (
 LIVE = (RunnerState.QUARANTINED.value, RunnerState.HEALTHY.value)
 
 
-def token_by_hash(session: Session, token_hash: str) -> EnrolmentToken | None:
-    return session.scalars(
-        select(EnrolmentToken).where(EnrolmentToken.token_hash == token_hash).with_for_update()
-    ).one_or_none()
+def use_token(session: Session, token_hash: str, now: datetime) -> bool:
+    """Mark the token used, if it is unused and unexpired; whether this call did.
+
+    One conditional UPDATE, decided by its row count: of two enrolments racing with one token, the
+    second's UPDATE waits for the first to commit (Postgres: the row lock; SQLite: the write lock on the
+    file) and then finds ``used_at`` set. A read followed by a write would let both through on SQLite,
+    where SELECT ... FOR UPDATE locks nothing and a transaction begins only at its first write.
+    """
+    result = session.execute(
+        update(EnrolmentToken)
+        .where(
+            EnrolmentToken.token_hash == token_hash,
+            EnrolmentToken.used_at.is_(None),
+            EnrolmentToken.expires_at > now,
+        )
+        .values(used_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    return getattr(result, "rowcount", 0) == 1
+
+
+def token_enrolled(session: Session, token_hash: str, runner_id: int) -> None:
+    """Record which runner a used token enrolled."""
+    session.execute(
+        update(EnrolmentToken)
+        .where(EnrolmentToken.token_hash == token_hash)
+        .values(runner_id=runner_id)
+        .execution_options(synchronize_session=False)
+    )
 
 
 def get_runner(session: Session, runner_id: int) -> Runner | None:

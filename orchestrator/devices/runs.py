@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from coverfarm import device_classes, signing
 from coverfarm.baseline import BaselineResult
+from coverfarm.result import error_line
 from coverfarm.settings import Settings
 from gpu_runner.result import DeviceResult
 from orchestrator.devices import repository, service
@@ -31,10 +32,11 @@ from orchestrator.devices.schemas import (
     InfraError,
     RunReport,
 )
+from orchestrator.errors import NotFound
 from orchestrator.events import repository as events
 from orchestrator.jobs import service as jobs
 from orchestrator.jobs.transitions import lock_job, transition
-from orchestrator.models import Job, JobStatus, Runner, RunnerState
+from orchestrator.models import Job, JobStatus, Runner, RunnerState, Sweep
 
 
 def worker_name(runner: Runner) -> str:
@@ -198,9 +200,9 @@ def infra_error(session: Session, runner: Runner, job_id: int, body: InfraError,
     """The runner could not run the job for reasons of its own (download failed, runtime would not
     start): the job goes back to the queue and the runner back to its health check."""
     job = _own_attempt(session, runner, job_id, body.attempt)
-    first_line = body.error.strip().splitlines()[-1]
-    jobs.give_back(session, job, f"runner {runner.id} infrastructure error: {first_line}", settings)
-    service.quarantine(session, runner.id, f"infrastructure error on job {job_id}: {first_line}")
+    cause = error_line(body.error) or "no cause given"
+    jobs.give_back(session, job, f"runner {runner.id} infrastructure error: {cause}", settings)
+    service.quarantine(session, runner.id, f"infrastructure error on job {job_id}: {cause}")
 
 
 def import_result(session: Session, document: dict[str, Any], settings: Settings) -> Imported:
@@ -295,6 +297,8 @@ def sweep_bundles(
         backend = device_classes.backend_of(device_classes.check(device_class, settings.backends))
     except ValueError as error:
         raise Unprocessable(str(error)) from None
+    if session.get(Sweep, sweep_id) is None:
+        raise NotFound("sweep", sweep_id)
     found: dict[str, DeviceBundle] = {}
     for cell in repository.sweep_cells(session, sweep_id):
         sha = repository.bundle_of_cell(session, cell.id) if cell.backend == backend else None

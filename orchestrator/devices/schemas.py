@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from coverfarm.baseline import BaselineResult
 from gpu_runner.result import DeviceResult, ProbeReport
+from orchestrator.inputs import Count, Number
 from orchestrator.models import RunnerState
 
 
@@ -16,7 +17,7 @@ class TokenCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # None: the farm's COVERFARM_ENROLMENT_TOKEN_TTL_S. At most 30 days.
-    expires_in_s: float | None = Field(None, gt=0, le=30 * 86400)
+    expires_in_s: Number | None = Field(None, gt=0, le=30 * 86400)
 
 
 class TokenIssued(BaseModel):
@@ -110,7 +111,7 @@ class Claim(BaseModel):
 class AttemptRef(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    attempt: int = Field(ge=1)
+    attempt: Count = Field(ge=1)
 
 
 class RunReport(AttemptRef):

@@ -53,8 +53,9 @@ def create_token(session: Session, settings: Settings, body: TokenCreate) -> Tok
 
 
 def enrol(session: Session, settings: Settings, body: Enrol) -> Enrolled:
-    token = repository.token_by_hash(session, _token_hash(body.token))
-    if token is None or token.used_at is not None or token.expires_at <= utcnow():
+    token_hash = _token_hash(body.token)
+    # Used first, atomically; a refusal below rolls the whole request back, the token's use with it.
+    if not repository.use_token(session, token_hash, utcnow()):
         raise Unauthenticated("enrolment token unknown, already used or expired; ask an admin for a new one")
     classes = body.probe.device_classes
     if not classes:
@@ -78,8 +79,7 @@ def enrol(session: Session, settings: Settings, body: Enrol) -> Enrolled:
     )
     session.add(runner)
     session.flush()
-    token.used_at, token.runner_id = utcnow(), runner.id
-    session.flush()
+    repository.token_enrolled(session, token_hash, runner.id)
     return Enrolled(
         runner_id=runner.id,
         credential=credential(runner.id, secret),

@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from orchestrator.events.repository import emit
-from orchestrator.models import Runner, RunnerState, utcnow
+from orchestrator.models import REASON, Runner, RunnerState, clip, utcnow
 
 ALLOWED: dict[RunnerState, frozenset[RunnerState]] = {
     RunnerState.QUARANTINED: frozenset({RunnerState.HEALTHY, RunnerState.OFFLINE, RunnerState.REVOKED}),
@@ -41,6 +41,7 @@ def lock_runner(session: Session, runner_id: int) -> Runner | None:
 
 def transition(session: Session, runner: Runner, to: RunnerState, reason: str) -> None:
     """Move a runner locked by ``lock_runner`` to ``to`` and log the change as an event."""
+    reason = clip(reason, REASON.limit)  # the event carries it too
     previous = RunnerState(runner.state)
     if to not in ALLOWED[previous]:
         raise RunnerTransitionError(f"runner {runner.id}: {previous} → {to} is not allowed ({reason})")

@@ -12,6 +12,7 @@ from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from orchestrator.events.hub import EventHub
+from orchestrator.inputs import DB_INT_MAX
 
 router = APIRouter(tags=["events"])
 KEEPALIVE_S = 15.0
@@ -24,8 +25,9 @@ def _frame(data: dict[str, Any]) -> str:
 @router.get("/events", response_class=StreamingResponse)
 async def stream_events(
     request: Request,
-    sweep: Annotated[int | None, Query(description="only this sweep's events")] = None,
-    last_event_id: Annotated[int | None, Header()] = None,
+    sweep: Annotated[int | None, Query(ge=1, le=DB_INT_MAX, description="only this sweep's events")] = None,
+    # Event ids are bigint.
+    last_event_id: Annotated[int | None, Header(ge=0, le=2**63 - 1)] = None,
 ) -> StreamingResponse:
     hub: EventHub = request.app.state.hub
     subscriber = hub.subscribe(asyncio.get_running_loop(), sweep)

@@ -19,9 +19,12 @@ from orchestrator.workers.service import mark_silent_offline
 log = logging.getLogger(__name__)
 
 
-def reconcile_once(sessions: Callable[[], Session], celery: Celery, settings: Settings) -> list[int]:
+def reconcile_once(
+    sessions: Callable[[], Session], celery: Celery, settings: Settings, unsent: set[int] | None = None
+) -> list[int]:
+    """One pass; ``unsent``: the never-sent jobs the previous pass saw (``jobs.service.reconcile``)."""
     with unit_of_work(sessions, celery) as session:
-        resent = reconcile(session, settings)
+        resent = reconcile(session, settings, unsent)
         offline = mark_silent_offline(session, settings)
         runners_offline = mark_runners_offline(session, settings)
     if offline:
@@ -39,6 +42,7 @@ class Reconciler:
         self._celery = celery
         self._settings = settings
         self._stop = threading.Event()
+        self._unsent: set[int] = set()
         self._thread = threading.Thread(target=self._run, name="coverfarm-reconciler", daemon=True)
 
     def start(self) -> None:
@@ -51,6 +55,6 @@ class Reconciler:
     def _run(self) -> None:
         while not self._stop.wait(self._settings.reconcile_interval_s):
             try:
-                reconcile_once(self._sessions, self._celery, self._settings)
+                reconcile_once(self._sessions, self._celery, self._settings, self._unsent)
             except Exception:
                 log.exception("reconciler pass failed; trying again next interval")

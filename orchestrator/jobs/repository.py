@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -52,9 +52,10 @@ def silent_running(session: Session, before: datetime) -> Sequence[Job]:
 
 
 def unsent_queued(session: Session, before: datetime) -> Sequence[Job]:
+    """Queued jobs the broker never took (their send failed) or took before ``before``."""
     return session.scalars(
         select(Job)
-        .where(Job.status == JobStatus.QUEUED, Job.sent_at < before)
+        .where(Job.status == JobStatus.QUEUED, or_(Job.sent_at.is_(None), Job.sent_at < before))
         .order_by(Job.id)
         .with_for_update(skip_locked=True)
     ).all()

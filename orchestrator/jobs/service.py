@@ -87,7 +87,9 @@ def is_baseline(job: Job) -> bool:
 
 
 def _send(session: Session, job: Job) -> None:
-    job.sent_at = utcnow()
+    # Stamped again once the broker has the message (orchestrator.db.mark_sent): until then the job is
+    # owed a send, which the reconciler makes should this one fail.
+    job.sent_at = None
     device_class = device_class_of(job)
     message: LowerMessage | DeviceMessage
     if device_class is not None:
@@ -271,12 +273,17 @@ def cancel(session: Session, job_id: int, reason: str) -> None:
     transition(session, job, JobStatus.CANCELLED, reason)
 
 
-def reconcile(session: Session, settings: Settings) -> list[int]:
+def reconcile(session: Session, settings: Settings, unsent_before: set[int] | None = None) -> list[int]:
     """Re-queue jobs whose worker went silent and re-send queued jobs whose message seems lost.
 
     The jobs table, not the broker, decides what still has to run: a SIGKILLed worker leaves its
     message unacknowledged in Redis until the visibility timeout (hours), so waiting for the broker
     would stall the cell. A duplicate message that does arrive later is dropped by ``start``.
+
+    A queued job the broker never took (``sent_at IS NULL``: its send failed after the commit) is sent
+    when the previous pass saw it so too: ``unsent_before`` holds those ids and is updated in place. The
+    one pass of grace leaves alone a job whose sender has committed and is sending right now (another
+    reconciler's, say). None: send every such job at once.
     """
     now = utcnow()
     resent: list[int] = []
@@ -286,8 +293,20 @@ def reconcile(session: Session, settings: Settings) -> list[int]:
         ):
             _send(session, job)
             resent.append(job.id)
+    unsent = set()
     for job in repository.unsent_queued(session, now - timedelta(seconds=settings.resend_after_s)):
-        log.warning("job %s queued since %s and not started; sending it again", job.id, job.sent_at)
+        if job.id in resent:  # re-queued just above, its message already in the outbox
+            continue
+        if job.sent_at is None:
+            if unsent_before is not None and job.id not in unsent_before:
+                unsent.add(job.id)
+                continue
+            log.warning("job %s has no message on the broker (its send failed); sending it", job.id)
+        else:
+            log.warning("job %s sent at %s and not started; sending it again", job.id, job.sent_at)
         _send(session, job)
         resent.append(job.id)
+    if unsent_before is not None:
+        unsent_before.clear()
+        unsent_before.update(unsent)
     return resent

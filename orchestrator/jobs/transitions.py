@@ -15,7 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from orchestrator.events.repository import emit
-from orchestrator.models import Job, JobStatus, utcnow
+from orchestrator.models import REASON, Job, JobStatus, clip, utcnow
 
 ALLOWED: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED}),
@@ -42,6 +42,7 @@ def can(job: Job, to: JobStatus) -> bool:
 
 def transition(session: Session, job: Job, to: JobStatus, reason: str) -> None:
     """Move a job locked by ``lock_job`` to ``to``, stamping its times, and log the change as an event."""
+    reason = clip(reason, REASON.limit)  # the event carries it too
     if not can(job, to):
         raise TransitionError(f"job {job.id}: {job.status} → {to} is not allowed ({reason})")
     now = utcnow()

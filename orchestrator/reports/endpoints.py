@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 from fastapi.responses import PlainTextResponse
 
 from orchestrator.deps import SessionDep
+from orchestrator.errors import MARKDOWN, responses
+from orchestrator.inputs import Id
 from orchestrator.reports import service
 from orchestrator.reports.schemas import BlockersReport, SweepDiff
 from orchestrator.sweeps import service as sweeps
@@ -18,22 +20,26 @@ router = APIRouter(tags=["reports"])
 BackendQuery = Annotated[str | None, Query(description="only this backend's cells")]
 
 
-@router.get("/sweeps/{sweep_id}/blockers")
-def sweep_blockers(sweep_id: int, session: SessionDep, backend: BackendQuery = None) -> BlockersReport:
+@router.get("/sweeps/{sweep_id:int}/blockers", responses=responses(404))
+def sweep_blockers(sweep_id: Id, session: SessionDep, backend: BackendQuery = None) -> BlockersReport:
     """Blocker groups per (backend, op, reason) over the sweep's stored results, heaviest first, with
     the policies each hits and what-if estimates per group and per reason."""
     return service.blockers(sweeps.get(session, sweep_id), backend)
 
 
-@router.get("/sweeps/{a}/diff/{b}.md", response_class=PlainTextResponse)
-def sweep_diff_markdown(a: int, b: int, session: SessionDep) -> PlainTextResponse:
+@router.get(
+    "/sweeps/{a:int}/diff/{b:int}.md",
+    response_class=Response,
+    responses={**responses(404), **MARKDOWN},
+)
+def sweep_diff_markdown(a: Id, b: Id, session: SessionDep) -> PlainTextResponse:
     text = service.diff_text(service.diff(session, sweeps.get(session, a), sweeps.get(session, b)))
     return PlainTextResponse(text + "\n", media_type="text/markdown; charset=utf-8")
 
 
 # After the .md route: Starlette tries routes in order and {b} would match "3.md".
-@router.get("/sweeps/{a}/diff/{b}")
-def sweep_diff(a: int, b: int, session: SessionDep) -> SweepDiff:
+@router.get("/sweeps/{a:int}/diff/{b:int}", responses=responses(404))
+def sweep_diff(a: Id, b: Id, session: SessionDep) -> SweepDiff:
     """Cells of sweep ``b`` whose numbers or states differ from sweep ``a``, blocker groups that
     appeared or vanished, and device latency changes beyond the runs' own spread."""
     return service.diff(session, sweeps.get(session, a), sweeps.get(session, b))

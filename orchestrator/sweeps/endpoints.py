@@ -8,14 +8,17 @@ from fastapi import APIRouter, Query, Response, status
 from fastapi.responses import PlainTextResponse
 
 from orchestrator.deps import AdminDep, SessionDep, SettingsDep
+from orchestrator.errors import MARKDOWN, responses
+from orchestrator.inputs import Id, Offset, StrictJSONRoute
 from orchestrator.reports import service as reports
 from orchestrator.sweeps import service
 from orchestrator.sweeps.schemas import CellPublic, SweepCreate, SweepPublic, SweepSummary
 
-router = APIRouter(tags=["sweeps"])
+router = APIRouter(tags=["sweeps"], route_class=StrictJSONRoute)
+ADMIN = responses(401, 413)
 
 
-@router.post("/sweeps", status_code=status.HTTP_201_CREATED, dependencies=[AdminDep])
+@router.post("/sweeps", status_code=status.HTTP_201_CREATED, dependencies=[AdminDep], responses=ADMIN)
 def create_sweep(body: SweepCreate, session: SessionDep, settings: SettingsDep) -> SweepPublic:
     sweep = service.create(session, settings, body)
     return service.sweep_view(service.get(session, sweep.id))
@@ -26,7 +29,7 @@ def list_sweeps(
     session: SessionDep,
     response: Response,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
 ) -> list[SweepSummary]:
     """Newest first, counts per cell state only (GET /api/sweeps/{id} has the cells and results);
     ``X-Total-Count`` is the number of sweeps in all, for paging."""
@@ -34,19 +37,23 @@ def list_sweeps(
     return service.list_(session, limit, offset)
 
 
-@router.get("/sweeps/{sweep_id}")
-def get_sweep(sweep_id: int, session: SessionDep) -> SweepPublic:
+@router.get("/sweeps/{sweep_id:int}", responses=responses(404))
+def get_sweep(sweep_id: Id, session: SessionDep) -> SweepPublic:
     return service.sweep_view(service.get(session, sweep_id))
 
 
-@router.post("/sweeps/{sweep_id}/cancel", dependencies=[AdminDep])
-def cancel_sweep(sweep_id: int, session: SessionDep) -> SweepPublic:
+@router.post("/sweeps/{sweep_id:int}/cancel", dependencies=[AdminDep], responses=responses(401, 404))
+def cancel_sweep(sweep_id: Id, session: SessionDep) -> SweepPublic:
     return service.sweep_view(service.cancel(session, sweep_id))
 
 
-@router.get("/sweeps/{sweep_id}/report.md", response_class=PlainTextResponse)
+@router.get(
+    "/sweeps/{sweep_id:int}/report.md",
+    response_class=Response,
+    responses={**responses(404), **MARKDOWN},
+)
 def sweep_report(
-    sweep_id: int,
+    sweep_id: Id,
     session: SessionDep,
     backend: Annotated[str | None, Query(description="only this backend's tracker body")] = None,
 ) -> PlainTextResponse:
@@ -55,6 +62,6 @@ def sweep_report(
     return PlainTextResponse(markdown, media_type="text/markdown; charset=utf-8")
 
 
-@router.get("/cells/{cell_id}")
-def get_cell(cell_id: int, session: SessionDep) -> CellPublic:
+@router.get("/cells/{cell_id:int}", responses=responses(404))
+def get_cell(cell_id: Id, session: SessionDep) -> CellPublic:
     return service.cell_view(service.get_cell(session, cell_id))

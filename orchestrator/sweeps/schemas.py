@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from coverfarm.result import Options, ResultDocument
+from orchestrator.inputs import Flag, Number
 from orchestrator.models import JobStatus
+
+# A policy, backend or device class name: the columns that keep them are 64 characters wide.
+Name = Annotated[str, Field(min_length=1, max_length=64)]
 
 
 class SweepOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    constant_prop: bool = True
+    constant_prop: Flag = True
     lowering: Literal["stock", "fast"] = "fast"
     # Recorded in each cell's options (not in the sweep's own columns): auto picks fake weights on a
     # worker whose memory the real-weight peak is estimated to exceed.
@@ -27,13 +31,13 @@ class SweepOptions(BaseModel):
 class SweepCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    policies: list[str] = Field(min_length=1, max_length=200)
-    backends: list[str] = Field(min_length=1, max_length=20)
+    policies: list[Name] = Field(min_length=1, max_length=200)
+    backends: list[Name] = Field(min_length=1, max_length=20)
     options: SweepOptions = Field(default_factory=SweepOptions)
     # Device classes to run each cell's bundle on (those of the cell's backend), e.g. cpu-x86_64-xnnpack.
-    device_classes: list[str] = Field(default_factory=list, max_length=20)
+    device_classes: list[Name] = Field(default_factory=list, max_length=20)
     # None: the farm's stage bound. The range is checked against the settings by the service.
-    timeout_s: float | None = None
+    timeout_s: Number | None = None
 
     @field_validator("policies", "backends", "device_classes")
     @classmethod

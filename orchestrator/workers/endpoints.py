@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 
 from orchestrator.deps import SessionDep
+from orchestrator.inputs import Offset
 from orchestrator.workers import service
 from orchestrator.workers.schemas import WorkerPublic
 
@@ -18,7 +19,7 @@ def list_workers(
     session: SessionDep,
     response: Response,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
 ) -> list[WorkerPublic]:
     """Every worker by name, with its state, why it is in it and its last heartbeat;
     ``X-Total-Count`` is the number of workers in all."""

@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from orchestrator.events.repository import emit
-from orchestrator.models import Worker, WorkerState, utcnow
+from orchestrator.models import REASON, Worker, WorkerState, clip, utcnow
 
 ALLOWED: dict[WorkerState, frozenset[WorkerState]] = {
     WorkerState.ONLINE: frozenset({WorkerState.OFFLINE}),
@@ -33,6 +33,7 @@ def lock_worker(session: Session, name: str) -> Worker | None:
 
 def transition(session: Session, worker: Worker, to: WorkerState, reason: str) -> None:
     """Move a worker locked by ``lock_worker`` to ``to`` and log the change as an event."""
+    reason = clip(reason, REASON.limit)  # the event carries it too
     previous = WorkerState(worker.state)
     if to not in ALLOWED[previous]:
         raise WorkerTransitionError(f"worker {worker.name}: {previous} → {to} is not allowed ({reason})")

@@ -2,7 +2,7 @@
 
 Result documents here are built with coverfarm.result's models and stored through the jobs service,
 the same calls a worker makes (``jobs.start`` then ``jobs.finish``), with this test process as the
-worker.
+worker, and what they send (a slow cell's re-run) goes to the tests' real broker.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from html.parser import HTMLParser
 
-from celery import Celery
 from sqlalchemy.orm import Session
 
+from coverfarm.queues import make_celery
 from coverfarm.result import (
     Blocker,
     Bundle,
@@ -32,11 +32,6 @@ from orchestrator.jobs import service as jobs
 
 OK = StageResult(status=StageStatus.OK, seconds=1.5)
 TEST_WORKER = "dashboard-test@here"
-
-
-def memory_celery() -> Celery:
-    """A broker with no server, for transactions whose only message is a slow cell's re-run."""
-    return Celery(broker="memory://")
 
 
 def finished(
@@ -146,22 +141,22 @@ def start_job(session: Session, settings: Settings, job_id: int) -> int:
 
 def store(sessions: Callable[[], Session], settings: Settings, job_id: int, doc: ResultDocument) -> None:
     """Start the job and store ``doc`` as its result, committed like a worker's two transactions."""
-    with unit_of_work(sessions, memory_celery()) as session:
+    with unit_of_work(sessions, make_celery(settings)) as session:
         attempt = start_job(session, settings, job_id)
-    with unit_of_work(sessions, memory_celery()) as session:
+    with unit_of_work(sessions, make_celery(settings)) as session:
         jobs.finish(session, job_id, attempt, doc, settings)
 
 
 def start(sessions: Callable[[], Session], settings: Settings, job_id: int) -> None:
-    with unit_of_work(sessions, memory_celery()) as session:
+    with unit_of_work(sessions, make_celery(settings)) as session:
         start_job(session, settings, job_id)
 
 
 def fail(sessions: Callable[[], Session], settings: Settings, job_id: int, error: str) -> None:
     """The engine raised: no document, the worker's traceback is stored on the job."""
-    with unit_of_work(sessions, memory_celery()) as session:
+    with unit_of_work(sessions, make_celery(settings)) as session:
         attempt = start_job(session, settings, job_id)
-    with unit_of_work(sessions, memory_celery()) as session:
+    with unit_of_work(sessions, make_celery(settings)) as session:
         jobs.fail(session, job_id, attempt, error)
 
 

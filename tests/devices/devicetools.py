@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import httpx
 from bundle_engine import make_bundle
-from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from coverfarm.result import Bundle, Options, ResultDocument, StageResult, StageStatus
@@ -32,7 +32,7 @@ def probe(classes: list[str] | None = None, baseline: bool = False) -> dict[str,
 
 
 def enrol(
-    client: TestClient,
+    client: httpx.Client,
     admin: dict[str, str],
     name: str = "board",
     baseline: bool = False,
@@ -66,7 +66,7 @@ def device_result(sha: str, median_ms: float = 2.5, status: str = "ok") -> dict[
     return result.model_dump(mode="json")
 
 
-def make_healthy(client: TestClient, credential: dict[str, str]) -> None:
+def make_healthy(client: httpx.Client, credential: dict[str, str]) -> None:
     checks = client.get("/api/runners/me/health-check", headers=credential).json()
     assert [check["device_class"] for check in checks] == [CLASS]
     sha = checks[0]["sha256"]

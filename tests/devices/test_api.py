@@ -65,7 +65,7 @@ def test_enrolment_refuses_malformed_or_unknown_classes(client: TestClient, admi
             "/api/runners/enrol", json={"token": token, "name": "b", "probe": probe(classes)}
         )
         assert response.status_code == 422, response.text
-        assert words in response.json()["detail"]
+        assert words in response.json()["detail"][0]["msg"]
 
 
 def test_credential_is_stored_hashed_and_revocable(
@@ -263,7 +263,7 @@ def test_offline_import_verifies_signature_and_bundle(
     assert refused.status_code == 403 and "bad signature" in refused.json()["detail"]
     other = sign(device_result("f" * 64), runner_id, secret)
     unknown = client.post("/api/results/import", headers=admin, json=other)
-    assert unknown.status_code == 422 and "not one the farm knows" in unknown.json()["detail"]
+    assert unknown.status_code == 422 and "not one the farm knows" in unknown.json()["detail"][0]["msg"]
     unsigned = client.post("/api/results/import", headers=admin, json=device_result(bundle.sha256))
     assert unsigned.status_code == 422
     assert device_run_count(sessions) == 0

@@ -91,10 +91,10 @@ def test_baseline_job_gives_the_device_cell_its_speedup(
         f"/api/device-jobs/{baseline_job}/result", headers=timer,
         json={"attempt": 1, "result": device_result(claim.json()["bundle_sha256"])},
     )  # fmt: skip
-    assert wrong_kind.status_code == 422 and "eager baseline" in wrong_kind.json()["detail"]
+    assert wrong_kind.status_code == 422 and "eager baseline" in wrong_kind.json()["detail"][0]["msg"]
     other = {"attempt": 1, "baseline": baseline_document("diffusion", 13.0)}
     wrong_policy = client.post(f"/api/device-jobs/{baseline_job}/baseline", headers=timer, json=other)
-    assert wrong_policy.status_code == 422 and "policy diffusion" in wrong_policy.json()["detail"]
+    assert wrong_policy.status_code == 422 and "policy diffusion" in wrong_policy.json()["detail"][0]["msg"]
     assert baseline_rows(sessions) == 0
 
     body = {"attempt": 1, "baseline": baseline_document("act", 13.0)}
@@ -110,7 +110,7 @@ def test_baseline_job_gives_the_device_cell_its_speedup(
     assert client.get(f"/api/sweeps/{sweep_id}").json()["state"] == "running"
     baseline_body = {"attempt": 1, "baseline": baseline_document("act", 13.0)}
     misplaced = client.post(f"/api/device-jobs/{run_job}/baseline", headers=timer, json=baseline_body)
-    assert misplaced.status_code == 422 and "runs a bundle" in misplaced.json()["detail"]
+    assert misplaced.status_code == 422 and "runs a bundle" in misplaced.json()["detail"][0]["msg"]
     result = {"attempt": 1, "result": device_result(claimed["bundle_sha256"], 3.25)}
     assert client.post(f"/api/device-jobs/{run_job}/result", headers=timer, json=result).status_code == 204
 

@@ -11,9 +11,9 @@ from contextlib import contextmanager
 from typing import Any
 
 import httpx
-from celery import Celery
 from sqlalchemy.orm import Session, sessionmaker
 
+from coverfarm.queues import make_celery
 from coverfarm.settings import Settings
 from orchestrator.db import unit_of_work
 from orchestrator.jobs import service as jobs
@@ -53,7 +53,7 @@ def test_change_stored_by_another_process_is_streamed_within_a_second(
     try:
         with event_stream(server, mine["id"]) as received:
             # This test process plays the worker: it stores a transition the way worker.tasks does.
-            celery = Celery(broker="memory://")  # nothing is sent by a start transition
+            celery = make_celery(farm_settings)  # the farm's Redis (a start transition sends nothing)
             for sweep in (other, mine):
                 with unit_of_work(farm_sessions, celery) as session:
                     started = jobs.start(

@@ -17,7 +17,7 @@ from coverfarm.settings import Settings
 from orchestrator.db import take_outbox
 from orchestrator.jobs import service as jobs
 from orchestrator.jobs.repository import upsert_result
-from orchestrator.jobs.transitions import TransitionError, lock_job, transition
+from orchestrator.jobs.transitions import ALLOWED, TERMINAL, TransitionError, lock_job, transition
 from orchestrator.models import Job, JobAttempt, JobStatus, Result, utcnow
 from orchestrator.reports.service import report_markdown
 from orchestrator.sweeps import service as sweeps
@@ -44,8 +44,15 @@ def new_job(session: Session, settings: Settings, policy: str = "act") -> Job:
     sweep = sweeps.create(
         session, settings, SweepCreate(policies=[policy], backends=["vulkan"], timeout_s=60)
     )
-    take_outbox(session)
-    return sweep.cells[0].jobs[0]
+    return sent(session, sweep.cells[0].jobs[0])
+
+
+def sent(session: Session, job: Job) -> Job:
+    """What the unit of work does after the commit: the message goes to the broker, the job is stamped."""
+    assert job.id in [item.message.job_id for item in take_outbox(session)]
+    job.sent_at = utcnow()
+    session.flush()
+    return job
 
 
 def results_of(session: Session, job_id: int) -> int:
@@ -109,7 +116,8 @@ def test_queued_job_whose_message_was_lost_is_sent_again(session: Session, setti
     session.flush()
     assert jobs.reconcile(session, settings) == [job.id]
     assert [item.message.job_id for item in take_outbox(session)] == [job.id]
-    assert job.status is JobStatus.QUEUED and job.sent_at > utcnow() - timedelta(seconds=5)
+    # Owed a send until the broker takes the message (then stamped, as ``sent`` does).
+    assert job.status is JobStatus.QUEUED and job.sent_at is None
 
 
 def test_job_that_keeps_losing_its_worker_fails(session: Session, settings: Settings) -> None:
@@ -176,3 +184,77 @@ def test_terminal_jobs_do_not_move(session: Session, settings: Settings, to: Job
     transition(session, locked, JobStatus.CANCELLED, "test")
     with pytest.raises(TransitionError):
         transition(session, locked, to, "test")
+
+
+def test_give_back_on_the_last_attempt_fails_the_job_and_sends_nothing(
+    session: Session, settings: Settings
+) -> None:
+    job = new_job(session, settings)
+    for attempt in range(1, settings.max_attempts + 1):
+        assert jobs.start(session, job.id, f"runner-{attempt}", settings) is not None
+        locked = lock_job(session, job.id)
+        assert locked is not None
+        given = jobs.give_back(session, locked, f"infrastructure error {attempt}", settings)
+        assert given is (attempt < settings.max_attempts)
+        outbox = [item.message.job_id for item in take_outbox(session)]
+        assert outbox == ([job.id] if given else [])
+    assert job.status is JobStatus.FAILED and job.attempt == settings.max_attempts
+    assert (
+        job.error == f"worker lost on each of 3 attempts; last: infrastructure error {settings.max_attempts}"
+    )
+    assert jobs.start(session, job.id, "runner-late", settings) is None
+
+
+def test_start_of_a_job_that_does_not_exist_is_nothing_to_run(session: Session, settings: Settings) -> None:
+    before = session.scalar(select(func.count()).select_from(JobAttempt))
+    assert jobs.start(session, 2_000_000_000, "w1", settings) is None
+    assert session.scalar(select(func.count()).select_from(JobAttempt)) == before
+
+
+def test_a_heartbeat_of_an_attempt_that_is_not_running_is_refused(
+    session: Session, settings: Settings
+) -> None:
+    job = new_job(session, settings)
+    assert jobs.heartbeat(session, job.id, 1, "w1") is False  # queued: nobody's attempt
+    assert jobs.start(session, job.id, "w1", settings) is not None
+    stamped = job.heartbeat_at
+    assert jobs.heartbeat(session, job.id, 2, "w1") is False  # not its attempt
+    assert jobs.heartbeat(session, job.id, 1, "w2") is False  # not its worker
+    assert jobs.heartbeat(session, 2_000_000_000, 1, "w1") is False  # no such job
+    session.refresh(job)
+    assert job.heartbeat_at == stamped
+    assert jobs.heartbeat(session, job.id, 1, "w1") is True
+    jobs.cancel(session, job.id, "cancelled")
+    assert jobs.heartbeat(session, job.id, 1, "w1") is False  # ended
+
+
+def job_in(session: Session, settings: Settings, state: JobStatus) -> Job:
+    """A job brought to ``state`` by allowed moves only."""
+    job = new_job(session, settings)
+    if state is JobStatus.QUEUED:
+        return job
+    assert jobs.start(session, job.id, "w1", settings) is not None
+    if state is not JobStatus.RUNNING:
+        locked = lock_job(session, job.id)
+        assert locked is not None
+        transition(session, locked, state, "test")
+    return job
+
+
+@pytest.mark.parametrize("start", list(JobStatus), ids=str)
+@pytest.mark.parametrize("to", list(JobStatus), ids=str)
+def test_every_move_from_every_state_is_the_table_s(
+    session: Session, settings: Settings, start: JobStatus, to: JobStatus
+) -> None:
+    job = job_in(session, settings, start)
+    locked = lock_job(session, job.id)
+    assert locked is not None and locked.status is start
+    if to in ALLOWED.get(start, frozenset()):
+        transition(session, locked, to, "test")
+        assert locked.status is to and locked.status_reason == "test"
+    else:
+        with pytest.raises(TransitionError):
+            transition(session, locked, to, "test")
+        assert locked.status is start
+    # The table itself: terminal states go nowhere, and only a running job goes back to the queue.
+    assert (start in TERMINAL) == (start not in ALLOWED)
