@@ -81,7 +81,7 @@ def unknown_program(manifest: dict[str, object]) -> None:
         "shape",
         "feed",
         "output-count",
-    ],  # fmt: skip
+    ],
 )
 def test_a_changed_bundle_fails_with_its_cause(
     tmp_path: Path, change: Callable[[Path], None], kind: str, cause: str
