@@ -9,6 +9,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from coverfarm import catalog
+from coverfarm.cli.runner_farm import add_signing_options
 from coverfarm.cli.timing_options import add_timing_options, timing_rules
 from coverfarm.errors import UserError
 from coverfarm.result import Options
@@ -36,7 +37,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--timeout", type=float, default=900.0, help="bound of each phase, seconds (900)")
     parser.add_argument("--json", action="store_true", help="print the baseline document as JSON")
-    parser.add_argument("--out", type=Path, help="also write the baseline document (JSON) to this file")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="also write the baseline document (JSON) to this file, signed when a runner is enrolled "
+        "here (for `coverfarm results import`)",
+    )
+    add_signing_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -79,7 +86,9 @@ def run(args: argparse.Namespace) -> int:
         runner_id=args.runner_id if args.runner_id is not None else enrolled_runner_id(args),
     )
     if args.out is not None:
-        args.out.write_text(result.model_dump_json(indent=2) + "\n")
+        from coverfarm.cli.runner_farm import result_json
+
+        args.out.write_text(result_json(result.model_dump(mode="json"), args) + "\n")
     if args.json:
         print(result.model_dump_json(indent=2))
     elif result.latency is not None:

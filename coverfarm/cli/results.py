@@ -60,7 +60,10 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def _say(stored: dict[str, Any]) -> None:
-    print(
-        f"stored {stored['device_class']} result of bundle {stored['bundle_sha256']} "
-        f"for cells {', '.join(map(str, stored['cells']))} (signed by runner {stored['runner_id']})"
+    cells = ", ".join(map(str, stored["cells"]))
+    what = (
+        f"eager baseline for {stored['device_class']}"
+        if stored.get("kind") == "baseline"
+        else f"{stored['device_class']} result of bundle {stored['bundle_sha256']}"
     )
+    print(f"stored {what} for cells {cells} (signed by runner {stored['runner_id']})")

@@ -156,7 +156,7 @@ def import_result(
     document: Annotated[dict[str, Any], Body()], session: SessionDep, settings: SettingsDep
 ) -> Imported:
     """A signed offline result (``coverfarm runner run-bundle`` on an enrolled host) for a known bundle."""
-    return runs.import_result(session, document, settings)
+    return runs.import_document(session, document, settings)
 
 
 @router.post(

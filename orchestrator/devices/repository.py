@@ -116,6 +116,13 @@ def upsert_baseline(session: Session, values: dict[str, Any]) -> None:
     _upsert(session, DeviceBaseline, values)
 
 
+def runs_by_runner(session: Session, runner_id: int) -> Sequence[DeviceRun]:
+    """The device runs a runner reported or whose signed results were imported, oldest first."""
+    return session.scalars(
+        select(DeviceRun).where(DeviceRun.runner_id == runner_id).order_by(DeviceRun.id)
+    ).all()
+
+
 def runs_of_cells(session: Session, cell_ids: Sequence[int]) -> Sequence[DeviceRun]:
     if not cell_ids:
         return []

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from coverfarm import device_classes, signing
 from coverfarm.baseline import BaselineResult
-from coverfarm.result import error_line
+from coverfarm.result import Options, error_line
 from coverfarm.settings import Settings
 from gpu_runner.result import DeviceResult
 from orchestrator.devices import repository, service
@@ -36,7 +36,7 @@ from orchestrator.errors import NotFound
 from orchestrator.events import repository as events
 from orchestrator.jobs import service as jobs
 from orchestrator.jobs.transitions import lock_job, transition
-from orchestrator.models import Job, JobStatus, Runner, RunnerState, Sweep
+from orchestrator.models import Cell, Job, JobStatus, Runner, RunnerState, Sweep
 
 
 def worker_name(runner: Runner) -> str:
@@ -205,13 +205,8 @@ def infra_error(session: Session, runner: Runner, job_id: int, body: InfraError,
     service.quarantine(session, runner.id, f"infrastructure error on job {job_id}: {cause}")
 
 
-def import_result(session: Session, document: dict[str, Any], settings: Settings) -> Imported:
-    """Store an offline run's signed result as the device result of every cell that has its bundle.
-
-    Refused before anything is written: an unsigned or tampered document, a signer that is unknown,
-    revoked or has no signing key, a result for a device class the signer was not enrolled for, and a
-    bundle no cell produced. Each stored cell gets a ``device`` event, so an open grid shows it.
-    """
+def _signer(session: Session, document: dict[str, Any]) -> tuple[dict[str, Any], Runner]:
+    """The document without its signature and the runner whose key verifies it; refused otherwise."""
     try:
         body, runner_id, value = signing.split(document)
     except ValueError as error:
@@ -223,6 +218,81 @@ def import_result(session: Session, document: dict[str, Any], settings: Settings
         raise Forbidden(f"runner {runner_id} has no signing key: enrol it again to sign offline results")
     if not signing.verify(body, runner_id, value, runner.signing_key):
         raise Forbidden(f"bad signature: the result was changed after runner {runner_id} signed it")
+    return body, runner
+
+
+def import_document(session: Session, document: dict[str, Any], settings: Settings) -> Imported:
+    """A signed device result (it names its bundle) or a signed eager baseline (``coverfarm baseline
+    --out``), each stored the way its kind is."""
+    if "bundle_sha256" in document:
+        return import_result(session, document, settings)
+    return import_baseline(session, document, settings)
+
+
+def import_baseline(session: Session, document: dict[str, Any], settings: Settings) -> Imported:
+    """Store an offline host's signed eager baseline for the cells that host's runner ran: every cell of
+    the baseline's policy and options with a device run the same runner signed, for that run's class.
+    A speed-up then needs both to be trusted measurements of that runner on that host."""
+    body, runner = _signer(session, document)
+    try:
+        baseline = BaselineResult.model_validate(body)
+    except ValidationError as error:
+        raise Unprocessable(f"not a device result or baseline document: {error.errors()[0]['msg']}") from None
+    targets = []
+    for run in repository.runs_by_runner(session, runner.id):
+        cell = session.get(Cell, run.cell_id)
+        if cell is not None and cell.policy == baseline.policy and _same_weights(cell.options, baseline):
+            targets.append((cell, run.device_class))
+    if not targets:
+        raise Unprocessable(
+            f"runner {runner.id} has no device run of {baseline.policy} with the baseline's weights "
+            "(seed, checkpoint) to pair it with: import the runner's device results first"
+        )
+    for cell, device_class in targets:
+        repository.upsert_baseline(
+            session,
+            {
+                "cell_id": cell.id,
+                "device_class": device_class,
+                "job_id": None,
+                "runner_id": runner.id,
+                "attempt": None,
+                "status": baseline.status,
+                "median_ms": baseline.latency.median_ms if baseline.latency else None,
+                "error": baseline.error,
+                "document": body,
+            },
+        )
+        events.emit(
+            session,
+            "device",
+            sweep_id=cell.sweep_id,
+            cell_id=cell.id,
+            payload={"device_class": device_class, "status": baseline.status, "source": "import-baseline"},
+        )
+    return Imported(
+        kind="baseline",
+        runner_id=runner.id,
+        device_class=", ".join(sorted({name for _, name in targets})),
+        bundle_sha256=None,
+        cells=[cell.id for cell, _ in targets],
+    )
+
+
+def _same_weights(options: Any, baseline: BaselineResult) -> bool:
+    cell = Options.model_validate(options) if isinstance(options, dict) else options
+    return (cell.seed, cell.checkpoint) == (baseline.options.seed, baseline.options.checkpoint)
+
+
+def import_result(session: Session, document: dict[str, Any], settings: Settings) -> Imported:
+    """Store an offline run's signed result as the device result of every cell that has its bundle.
+
+    Refused before anything is written: an unsigned or tampered document, a signer that is unknown,
+    revoked or has no signing key, a result for a device class the signer was not enrolled for, and a
+    bundle no cell produced. Each stored cell gets a ``device`` event, so an open grid shows it.
+    """
+    body, runner = _signer(session, document)
+    runner_id = runner.id
     try:
         result = DeviceResult.model_validate(body)
     except ValidationError as error:
@@ -282,7 +352,7 @@ def import_batch(session: Session, documents: list[dict[str, Any]], settings: Se
     imported = []
     for index, document in enumerate(documents):
         try:
-            imported.append(import_result(session, document, settings))
+            imported.append(import_document(session, document, settings))
         except (Forbidden, Unprocessable) as error:
             raise type(error)(f"result {index + 1} of {len(documents)}: {error}") from None
     return ImportedBatch(imported=imported)

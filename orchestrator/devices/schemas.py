@@ -131,9 +131,10 @@ class Alive(BaseModel):
 
 
 class Imported(BaseModel):
+    kind: Literal["device_result", "baseline"] = "device_result"
     runner_id: int
-    device_class: str
-    bundle_sha256: str
+    device_class: str  # a baseline: the classes of the runner's runs it pairs with, comma-separated
+    bundle_sha256: str | None  # None for a baseline
     cells: list[int]
 
 

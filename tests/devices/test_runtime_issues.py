@@ -7,14 +7,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from devicetools import CLASS, device_result, enrol, lower_with_bundle
+from devicetools import CLASS, HOST, device_result, enrol, lower_with_bundle, trusted_latency
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
+from coverfarm.baseline import BaselineResult
+from coverfarm.result import Options
 from coverfarm.settings import Settings
 from coverfarm.signing import new_key_pair, sign
 from gpu_runner.native_runtime import classify_exit
-from gpu_runner.result import RuntimeIdentity
+from gpu_runner.result import LatencyStats, RuntimeIdentity
+from orchestrator.devices.grid import device_cells
+from orchestrator.models import Sweep
 
 RECORDED = Path(__file__).resolve().parents[1] / "gpu_runner" / "recorded"
 
@@ -71,3 +75,38 @@ def test_a_refusal_is_a_short_cell_a_built_on_line_and_a_runtime_known_issue(
         "(reproduces: refused at load with the same message on h200-vulkan" in section
     )
     assert "act" not in section.split("|---|", 1)[1]  # act ran: not a runtime issue
+
+
+def test_an_offline_hosts_signed_baseline_gives_its_run_a_speedup(
+    client: TestClient, admin: dict[str, str], sessions: sessionmaker[Session], settings: Settings,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """The eager baseline a host that cannot reach the farm timed comes back signed like its results,
+    pairs with that runner's device runs of the policy, and gives the cell its speed-up when both sides
+    are trusted measurements of that runner on that host."""
+    private_key, public_key = new_key_pair()
+    body = {"name": "air-gapped", "device_classes": [CLASS], "signing_key": public_key}
+    runner_id = client.post("/api/runners/offline", headers=admin, json=body).json()["runner_id"]
+    asked = {"policies": ["act"], "backends": ["xnnpack"], "device_classes": [CLASS]}
+    sweep = client.post("/api/sweeps", headers=admin, json=asked).json()
+    bundle = lower_with_bundle(sessions, settings, sweep["cells"][0]["jobs"][0]["id"], "act", tmp_path)
+    eager = BaselineResult(
+        policy="act", options=Options(), frames=16, torch_version="2.11.0", threads=16, status="ok",
+        latency=LatencyStats.model_validate(trusted_latency(70.0)), host_id=HOST,
+    ).model_dump(mode="json")  # fmt: skip
+
+    early = client.post("/api/results/import", headers=admin, json=sign(eager, runner_id, private_key))
+    assert early.status_code == 422 and "no device run of act" in early.json()["detail"][0]["msg"]
+    run = {**device_result(bundle.sha256, 25.0), "latency": trusted_latency(25.0), "host_id": HOST}
+    stored = client.post("/api/results/import", headers=admin, json=sign(run, runner_id, private_key))
+    assert stored.status_code == 201, stored.text
+    tampered = {**sign(eager, runner_id, private_key), "threads": 2}
+    refused = client.post("/api/results/import", headers=admin, json=tampered)
+    assert refused.status_code == 403
+    paired = client.post("/api/results/import", headers=admin, json=sign(eager, runner_id, private_key))
+    assert paired.status_code == 201, paired.text
+    assert paired.json()["kind"] == "baseline" and paired.json()["cells"] == [sweep["cells"][0]["id"]]
+    with sessions() as session:
+        stored_sweep = session.get(Sweep, sweep["id"])
+        assert stored_sweep is not None
+        assert device_cells(session, stored_sweep)[("act", "xnnpack")] == {CLASS: "✓ 25 ms (2.8×)"}
