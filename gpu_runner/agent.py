@@ -261,10 +261,15 @@ class Agent:
         self.stop.set()
         self._stop_consumer()
 
+    def _on_signal(self, *_args: object) -> None:
+        # Not ``_shutdown`` itself: a handler runs in the main thread between two bytecodes, maybe while
+        # that thread holds ``stop``'s lock (inside Event.wait), and Event.set would then wait on it
+        # for ever. A thread of its own sets it once the main thread lets go.
+        threading.Thread(target=self._shutdown, name="runner-shutdown", daemon=True).start()
+
     def run(self) -> int:
-        signal.signal(signal.SIGTERM, self._shutdown)
-        signal.signal(signal.SIGINT, self._shutdown)
-        signal.signal(signal.SIGHUP, self._shutdown)
+        for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(number, self._on_signal)
         beats = Periodic(self._beat, self.config.heartbeat_interval_s, "runner-heartbeat", join_timeout_s=5)
         beats.start()
         work = work_dir(self.settings)
