@@ -19,11 +19,20 @@ every wait a test sets itself, and ``REAL_POLICY_TIMEOUT_S`` for a real-policy t
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("COVERFARM_TRACE_CACHE", tempfile.mkdtemp(prefix="coverfarm-traces-"))
+
+# Helper modules that test directories import from each other (the stand-in engines, device helpers),
+# importable whichever directories a run collects; appended, so they never shadow a package.
+for _helpers in ("farm", "devices"):
+    _path = str(Path(__file__).resolve().parent / _helpers)
+    if _path not in sys.path:
+        sys.path.append(_path)
 
 REAL_POLICY_TIMEOUT_S = 1800
 

@@ -303,13 +303,27 @@ def report_markdown(
         f"# Sweep {sweep.id}",
         "",
         f"Options: constant propagation {'on' if sweep.constant_prop else 'off'}, "
-        f"lowering {sweep.lowering}, stage bound {sweep.timeout_s:g} s (seed {seed}).",
+        f"lowering {sweep.lowering}, stage bound {sweep.timeout_s:g} s (seed {seed})"
+        + (_fp16_note(sweep) or "")
+        + ".",
     ]
     views = plain_views(sweep) if views is None else views
     for name in backends:
         lines += ["", *backend_body(sweep, name, views, (runtimes or {}).get(name), (issues or {}).get(name))]
     lines.append("")
     return "\n".join(lines)
+
+
+def _fp16_note(sweep: Sweep) -> str | None:
+    """Which cells were lowered with ``force_fp16`` (and so are checked against the fp16 tolerance)."""
+    fp16 = sorted(
+        f"{cell.policy}/{cell.backend}"
+        for cell in sweep.cells
+        if Options.model_validate(cell.options).force_fp16
+    )
+    if not fp16:
+        return None
+    return f"; force_fp16 for {', '.join(fp16)} (device outputs checked at the fp16 tolerance)"
 
 
 def check_backend(sweep: Sweep, backend: str | None) -> None:

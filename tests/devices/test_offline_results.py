@@ -66,7 +66,8 @@ def test_offline_host_runs_a_sweeps_bundles_and_its_signed_results_are_imported(
 
     results = tmp_path / "results"
     ran = run_cli(farm_env, "runner", "run-bundle", str(bundles), "--out", str(results), "--config",
-                  str(credential), "--runtime", "python", "--warmup", "1", "--iterations", "3")  # fmt: skip
+                  str(credential), "--runtime", "python", "--min-chunks", "3", "--min-seconds", "0",
+                  "--replicas", "1")  # fmt: skip
     assert ran.returncode == 0, ran.stderr
     files = sorted(results.glob("*.json"))
     assert len(files) == 2
