@@ -21,9 +21,8 @@ from typing import Any
 import httpx
 import pytest
 import redis
-from dbtools import recreate_database, session_broker
 from devicetools import make_healthy, probe
-from farmtools import start_server, stop
+from farmkit import recreate_database, session_broker, start_server, stop
 
 pytestmark = pytest.mark.fuzz
 SEED = 21

@@ -15,7 +15,7 @@ from devicetools import CLASS, device_result, enrol
 from fastapi.testclient import TestClient
 
 from coverfarm.digest import bundle_digest
-from gpu_runner.agent import Timing, health_check
+from gpu_runner.agent import HEALTH_RULES, Timing, health_check
 from gpu_runner.client import FarmClient
 from gpu_runner.config import RunnerConfig
 from orchestrator.artifacts.health import SHIPPED
@@ -39,7 +39,7 @@ def test_a_vulkan_only_runner_gets_the_vulkan_bundle_and_stays_quarantined_when_
         url=str(client.base_url), runner_id=runner_id, name="h200", device_classes=[VULKAN_CLASS],
         credential=credential["Authorization"].removeprefix("Bearer "),
     )  # fmt: skip
-    status = health_check(FarmClient(config, http=client), Timing(warmup=0, iterations=1), tmp_path)
+    status = health_check(FarmClient(config, http=client), Timing(HEALTH_RULES), tmp_path)
 
     assert status["state"] == "quarantined"
     reason = status["state_reason"]

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from farmtools import ROOT, coverfarm_command, free_port, wait_for
+from farmkit import ROOT, coverfarm_command, free_port, wait_for
 from runnertools import child_env_with_engine
 
 from coverfarm import periodic

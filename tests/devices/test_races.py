@@ -18,9 +18,8 @@ import httpx
 import pytest
 import redis
 import uvicorn
-from dbtools import recreate_database, session_broker
 from devicetools import CLASS, lower_with_bundle, make_healthy, probe
-from farmtools import free_port
+from farmkit import free_port, recreate_database, session_broker
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 

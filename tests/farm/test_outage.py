@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import psycopg
 import pytest
-from farmtools import TOKEN, StartWorker, free_port, start_redis, start_server, stop, wait_for
+from farmkit import TOKEN, StartWorker, free_port, start_redis, start_server, stop, wait_for
 
 from coverfarm.settings import Settings
 from orchestrator.migrate import upgrade

@@ -24,7 +24,7 @@ from gpu_runner.native_runtime import (
     parse_log,
     shader_cache_state,
 )
-from gpu_runner.result import DeviceResult
+from gpu_runner.result import DeviceResult, TimingRules
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = Path(__file__).resolve().parent / "recorded"
@@ -42,8 +42,7 @@ def run_health(binary: Path, **options: object) -> DeviceResult:
         expected_sha256=bundle_digest(HEALTH),
         runtime=options.pop("runtime", "native"),  # type: ignore[arg-type]
         executor_runner=binary,
-        warmup=1,
-        iterations=3,
+        rules=TimingRules(warmup=1, min_chunks=3, min_s=0.0, replicas=1),
         **options,  # type: ignore[arg-type]
     )
 
