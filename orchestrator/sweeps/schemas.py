@@ -38,6 +38,10 @@ class SweepCreate(BaseModel):
     device_classes: list[Name] = Field(default_factory=list, max_length=20)
     # None: the farm's stage bound. The range is checked against the settings by the service.
     timeout_s: Number | None = None
+    # Result reuse (worker.reuse): fresh lowers every cell again even where a stored result has its
+    # key; reuse_unfinished lets cells take stored slow and failed results too, not only ok ones.
+    fresh: Flag = False
+    reuse_unfinished: Flag = False
 
     @field_validator("policies", "backends", "device_classes")
     @classmethod
@@ -106,6 +110,8 @@ class SweepSummary(BaseModel):
     policies: list[str]
     backends: list[str]
     device_classes: list[str] = Field(default_factory=list)
+    fresh: bool = False
+    reuse_unfinished: bool = False
     state: Literal["running", "done", "cancelled"]
     counts: dict[str, int]  # cells per state
     cancelled_at: datetime | None

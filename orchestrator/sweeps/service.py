@@ -89,6 +89,8 @@ def create(session: Session, settings: Settings, body: SweepCreate) -> Sweep:
         lowering=body.options.lowering,
         timeout_s=timeout_s,
         device_classes=body.device_classes,
+        fresh=body.fresh,
+        reuse_unfinished=body.reuse_unfinished,
     )
     session.add(sweep)
     session.flush()
@@ -204,6 +206,8 @@ def _summary_fields(sweep: Sweep, cells: list[CellPublic]) -> dict[str, Any]:
         "policies": list(dict.fromkeys(cell.policy for cell in cells)),
         "backends": list(dict.fromkeys(cell.backend for cell in cells)),
         "device_classes": list(sweep.device_classes),
+        "fresh": sweep.fresh,
+        "reuse_unfinished": sweep.reuse_unfinished,
         "state": derived.sweep_state(sweep.cancelled_at is not None, pending),
         "counts": dict(sorted(counts.items())),
         "cancelled_at": sweep.cancelled_at,
@@ -245,6 +249,8 @@ def _light_summary(sweep: Sweep, tally: repository.SweepTally) -> SweepSummary:
         policies=tally.policies,
         backends=tally.backends,
         device_classes=list(sweep.device_classes),
+        fresh=sweep.fresh,
+        reuse_unfinished=sweep.reuse_unfinished,
         state=derived.sweep_state(sweep.cancelled_at is not None, tally.pending > 0),
         counts=dict(sorted(tally.counts.items())),
         cancelled_at=sweep.cancelled_at,
