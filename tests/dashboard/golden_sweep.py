@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "devices"))
 from devicetools import enrol, make_healthy
 
 from coverfarm.baseline import BaselineResult
+from coverfarm.queues import make_celery
 from coverfarm.result import (
     Blocker,
     Bundle,
@@ -259,7 +260,7 @@ class Farm:
 
     def store(self, sweep: int, doc: ResultDocument, stage: str = "lower") -> None:
         if doc.bundle is not None:
-            with unit_of_work(self.sessions, dashtools.memory_celery()) as session:
+            with unit_of_work(self.sessions, make_celery(self.settings)) as session:
                 stored = Stored(sha256=doc.bundle.sha256, path=Path(doc.bundle.path), size_bytes=1, files=1)
                 artifacts.record(session, stored)
         store(self.sessions, self.settings, self.job(sweep, doc.policy, doc.backend, stage), doc)
@@ -300,14 +301,14 @@ class Farm:
 
     def fail_device_job(self, job_id: int, error: str) -> None:
         """A device job that ended failed without a run: its runner was lost on every attempt."""
-        with unit_of_work(self.sessions, dashtools.memory_celery()) as session:
+        with unit_of_work(self.sessions, make_celery(self.settings)) as session:
             assert jobs.start(session, job_id, "runner-1", self.settings) is not None
             job = lock_job(session, job_id)
             assert job is not None
             jobs.end(session, job, JobStatus.FAILED, error, error)
 
     def cancel(self, job_id: int) -> None:
-        with unit_of_work(self.sessions, dashtools.memory_celery()) as session:
+        with unit_of_work(self.sessions, make_celery(self.settings)) as session:
             jobs.cancel(session, job_id, "cancelled by the operator")
 
     def fix_times(self) -> None:
