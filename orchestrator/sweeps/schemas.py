@@ -74,7 +74,9 @@ class JobPublic(BaseModel):
     finished_at: datetime | None
 
 
-class ResultPublic(BaseModel):
+class ResultBrief(BaseModel):
+    """A stored result's columns, without its document (GET /api/cells/{id} has it)."""
+
     model_config = ConfigDict(from_attributes=True)
 
     job_id: int
@@ -86,6 +88,9 @@ class ResultPublic(BaseModel):
     macs_total: int | None
     macs_on_backend: int | None
     programs: int | None
+
+
+class ResultPublic(ResultBrief):
     document: ResultDocument
 
 
@@ -119,3 +124,44 @@ class SweepSummary(BaseModel):
 
 class SweepPublic(SweepSummary):
     cells: list[CellPublic]
+
+
+class CellBrief(BaseModel):
+    """A cell of a page (GET /api/sweeps/{id}/cells): its state and latest result's columns."""
+
+    id: int
+    policy: str
+    backend: str
+    state: JobStatus
+    pending: bool
+    result: ResultBrief | None
+    url: str  # the cell with its jobs and whole document
+
+
+class CellPage(BaseModel):
+    total: int  # cells matching the filters, in all
+    offset: int
+    limit: int
+    cells: list[CellBrief]
+
+
+class BackendColumn(BaseModel):
+    """A backend's column of a sweep, over each cell's latest result."""
+
+    backend: str
+    cells: int
+    measured: int  # cells with a stored result
+    exported: int  # cells whose export is ok
+    ops_on_backend: int | None  # summed over the measured cells that counted them
+    ops_total: int | None
+    macs_on_backend: int | None
+    macs_total: int | None
+    ops_share: float | None  # ops_on_backend / ops_total
+    macs_share: float | None
+
+
+class SweepOverview(SweepSummary):
+    """A sweep's summary (GET /api/sweeps/{id}/summary): counts per state and per backend column,
+    no cell and no document."""
+
+    columns: list[BackendColumn]

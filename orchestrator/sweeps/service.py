@@ -20,11 +20,16 @@ from orchestrator.models import DEVICE_STAGE_PREFIXES, PENDING_STATUSES, Cell, J
 from orchestrator.sweeps import repository
 from orchestrator.sweeps import state as derived
 from orchestrator.sweeps.schemas import (
+    BackendColumn,
+    CellBrief,
+    CellPage,
     CellPublic,
     JobPublic,
+    ResultBrief,
     ResultPublic,
     SweepCreate,
     SweepOptions,
+    SweepOverview,
     SweepPublic,
     SweepSummary,
 )
@@ -255,3 +260,80 @@ def _light_summary(sweep: Sweep, tally: repository.SweepTally) -> SweepSummary:
         counts=dict(sorted(tally.counts.items())),
         cancelled_at=sweep.cancelled_at,
     )
+
+
+def _whole(value: object) -> int | None:
+    # Postgres sums a bigint column as numeric (a Decimal).
+    return None if value is None else int(value)  # type: ignore[call-overload]
+
+
+def _share(part: int | None, whole: int | None) -> float | None:
+    return part / whole if part is not None and whole else None
+
+
+def overview(session: Session, sweep_id: int) -> SweepOverview:
+    """The sweep's summary and per-backend columns, counted in the database: no cell, job or document
+    is loaded, so it costs little more for ten thousand cells than for ten."""
+    sweep = repository.get_sweep_row(session, sweep_id)
+    if sweep is None:
+        raise NotFound("sweep", sweep_id)
+    columns = []
+    for backend, cells, measured, exported, ops_on, ops, macs_on, macs in repository.column_aggregates(
+        session, sweep_id
+    ):
+        ops_on, ops, macs_on, macs = (_whole(value) for value in (ops_on, ops, macs_on, macs))
+        columns.append(
+            BackendColumn(
+                backend=backend,
+                cells=cells,
+                measured=measured,
+                exported=int(exported),
+                ops_on_backend=ops_on,
+                ops_total=ops,
+                macs_on_backend=macs_on,
+                macs_total=macs,
+                ops_share=_share(ops_on, ops),
+                macs_share=_share(macs_on, macs),
+            )
+        )
+    summary = _light_summary(sweep, repository.tally(session, [sweep_id])[sweep_id])
+    return SweepOverview(**summary.model_dump(), columns=columns)
+
+
+RESULT_COLUMNS = tuple(ResultBrief.model_fields)
+
+
+def cells_page(
+    session: Session,
+    sweep_id: int,
+    offset: int,
+    limit: int,
+    policy: str | None = None,
+    backend: str | None = None,
+    state: JobStatus | None = None,
+) -> CellPage:
+    """One page of the sweep's cells in cell order, filtered, each with its latest result's columns
+    but not its document (``url`` has it)."""
+    if repository.get_sweep_row(session, sweep_id) is None:
+        raise NotFound("sweep", sweep_id)
+    total, rows = repository.cell_page(
+        session, sweep_id, offset, limit, policy, backend, state.value if state is not None else None
+    )
+    cells = []
+    for row in rows:
+        cell_id, cell_policy, cell_backend, cell_state, pending, *result = row
+        brief = (
+            ResultBrief(**dict(zip(RESULT_COLUMNS, result, strict=True))) if result[0] is not None else None
+        )
+        cells.append(
+            CellBrief(
+                id=cell_id,
+                policy=cell_policy,
+                backend=cell_backend,
+                state=JobStatus(cell_state),
+                pending=bool(pending),
+                result=brief,
+                url=f"/api/cells/{cell_id}",
+            )
+        )
+    return CellPage(total=total, offset=offset, limit=limit, cells=cells)
