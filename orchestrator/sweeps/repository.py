@@ -165,6 +165,20 @@ def column_aggregates(session: Session, sweep_id: int) -> list[tuple[Any, ...]]:
     return [tuple(row) for row in rows]
 
 
+# A result's columns a page of cells carries (sweeps.schemas.ResultBrief), in this order.
+RESULT_BRIEF_COLUMNS = (
+    "job_id",
+    "attempt",
+    "status",
+    "export_status",
+    "ops_total",
+    "ops_on_backend",
+    "macs_total",
+    "macs_on_backend",
+    "programs",
+)
+
+
 def cell_page(
     session: Session,
     sweep_id: int,
@@ -183,32 +197,33 @@ def cell_page(
     )
     states = cell_states(where)
     matching = [states.c.state == state] if state is not None else []
-    total = session.scalar(select(func.count()).select_from(states).where(*matching)) or 0
-    latest = _latest_results(where)
-    result = Result.__table__.alias("latest_result")
-    rows = session.execute(
+    # One pass over the sweep's cells for the page and the count of all that match.
+    page = session.execute(
         select(
             states.c.cell_id,
             states.c.policy,
             states.c.backend,
             states.c.state,
             states.c.pending,
-            result.c.job_id,
-            result.c.attempt,
-            result.c.status,
-            result.c.export_status,
-            result.c.ops_total,
-            result.c.ops_on_backend,
-            result.c.macs_total,
-            result.c.macs_on_backend,
-            result.c.programs,
+            func.count().over().label("total"),
         )
-        .select_from(states)
-        .outerjoin(latest, latest.c.cell_id == states.c.cell_id)
-        .outerjoin(result, result.c.id == latest.c.result_id)
         .where(*matching)
         .order_by(states.c.cell_id)
         .offset(offset)
         .limit(limit)
     ).all()
-    return total, [tuple(row) for row in rows]
+    if page:
+        total = page[0].total
+    else:  # past the end (or nothing matches): count them on their own
+        total = session.scalar(select(func.count()).select_from(states).where(*matching)) or 0
+    # The latest result of the page's cells only.
+    latest = _latest_results(Cell.id.in_([row.cell_id for row in page]))
+    columns = [getattr(Result, name) for name in RESULT_BRIEF_COLUMNS]
+    results = {
+        row[0]: tuple(row[1:])
+        for row in session.execute(
+            select(Result.cell_id, *columns).join(latest, latest.c.result_id == Result.id)
+        ).all()
+    }
+    empty = (None,) * len(columns)
+    return total, [(*tuple(row)[:5], *results.get(row.cell_id, empty)) for row in page]
