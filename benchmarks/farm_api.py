@@ -1,16 +1,18 @@
 """Measure the farm's API and queueing on a scratch Postgres database and a private redis-server.
 
 Prints:
-1. API latency (p50/p99 over --requests) of GET /api/sweeps (the light list) and GET /api/sweeps/{id}
-   (the full view, every cell with its jobs and result document) for one sweep of --cells cells, all
-   stored through the jobs service (start, then finish with a result document), as a worker would.
+1. API latency (p50/p99 over --requests) of GET /api/sweeps (the light list), GET /api/sweeps/{id}/summary
+   (counts per state and backend column), a page of 100 cells from the middle of GET /api/sweeps/{id}/cells
+   (unfiltered, and filtered by backend and state) and GET /api/sweeps/{id} (the full view, every cell
+   with its jobs and result document) for one sweep of --cells cells, all stored through the jobs
+   service (start, then finish with a result document), as a worker would.
 2. The delay from a result committed (by this process, through the jobs service) to its event on the
    SSE stream of a running orchestrator: median and max over --events results.
 3. Sweep wall time with one and with two CPU workers, using the STAND-IN engine
    (tests/farm/standin_engine.py: sleeps --standin-seconds per cell, no torch, no ExecuTorch), so the
    figure is the farm's queueing and bookkeeping around a fixed amount of work, not the engine's.
 
-    python benchmarks/farm_api.py [--cells 10000] [--requests 100] [--events 50]
+    python benchmarks/farm_api.py [--cells 10000] [--requests 100] [--events 50] [--api-only]
 
 Needs Postgres on 127.0.0.1:5432 (user postgres, trust) and redis-server on PATH. Everything runs on
 loopback; the scratch database is dropped at the end.
@@ -210,7 +212,14 @@ def seed_sweep(farm: Farm, cells: int) -> int:
 def api_latency(url: str, sweep_id: int, requests: int) -> list[tuple[str, list[float], int]]:
     rows = []
     with httpx.Client(base_url=url, timeout=120) as client:
-        for path, count in (("/api/sweeps", requests), (f"/api/sweeps/{sweep_id}", max(5, requests // 10))):
+        middle = f"/api/sweeps/{sweep_id}/cells?limit=100&offset=5000"
+        for path, count in (
+            ("/api/sweeps", requests),
+            (f"/api/sweeps/{sweep_id}/summary", requests),
+            (middle, requests),
+            (f"/api/sweeps/{sweep_id}/cells?limit=100&backend=vulkan&state=ok", requests),
+            (f"/api/sweeps/{sweep_id}", max(5, requests // 10)),
+        ):
             client.get(path).raise_for_status()  # warm up
             seconds = []
             size = 0
@@ -312,6 +321,7 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=50)
     parser.add_argument("--sweep-cells", type=int, default=12, help="cells of the wall-time sweep")
     parser.add_argument("--standin-seconds", type=float, default=1.0)
+    parser.add_argument("--api-only", action="store_true", help="only the API latency (1.)")
     args = parser.parse_args()
 
     policies = ",".join(f"p{i}" for i in range(max(1, args.sweep_cells // 2)))
@@ -325,11 +335,13 @@ def main() -> int:
             url = farm.serve()
 
             print(f"\n1. API latency, {args.cells}-cell sweep in the database (ms)")
-            print(f"   {'request':<24} {'n':>5} {'p50':>9} {'p99':>9} {'bytes':>12}")
+            print(f"   {'request':<60} {'n':>5} {'p50':>9} {'p99':>9} {'bytes':>12}")
             for path, seconds, size in api_latency(url, sweep_id, args.requests):
-                name = "GET /api/sweeps" if path == "/api/sweeps" else "GET /api/sweeps/{id}"
-                print(f"   {name:<24} {len(seconds):>5} {1000 * percentile(seconds, 0.5):>9.1f} "
+                name = "GET " + path.replace(f"/{sweep_id}", "/{id}")
+                print(f"   {name:<60} {len(seconds):>5} {1000 * percentile(seconds, 0.5):>9.1f} "
                       f"{1000 * percentile(seconds, 0.99):>9.1f} {size:>12}")  # fmt: skip
+            if args.api_only:
+                return 0
 
             delays = event_delay(farm, url, args.events)
             print("\n2. Result committed -> its event on the SSE stream (ms)")

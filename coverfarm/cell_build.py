@@ -192,6 +192,7 @@ def _measured(cell: Cell, doc: ResultDocument, command: str) -> CellView:
         cancelled=cell.cpu.cancelled,
         measured=True,
         command=command,
+        reused_from=doc.reused_from,
     )
 
 

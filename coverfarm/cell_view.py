@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from coverfarm.result import ReusedFrom
+
 
 class Kind(StrEnum):
     VALUE = "value"  # measured; the numbers stand
@@ -82,6 +84,7 @@ class CellView:
     cancelled: bool = False
     measured: bool = False  # a result document is stored
     command: str = ""  # ``coverfarm analyze`` with the cell's options
+    reused_from: ReusedFrom | None = None  # the stored result the cell reused (worker.reuse)
 
     @property
     def coverage(self) -> list[Column]:

@@ -185,6 +185,13 @@ class WeightsInfo(BaseModel):
     needs_worker_gb: int | None = None  # the smallest worker, in whole GB, the real-weight stages fit
 
 
+class ReusedFrom(BaseModel):
+    """The stored result a cell took instead of lowering again (same reuse key: worker.reuse)."""
+
+    job_id: int
+    sweep_id: int
+
+
 class ResultDocument(BaseModel):
     schema_version: int = SCHEMA_VERSION
     policy: str
@@ -206,6 +213,8 @@ class ResultDocument(BaseModel):
     # Peak resident memory (MB) of each stage's child process by the end of that stage: trace,
     # reference, partition, export (a later phase of the same process includes the earlier ones).
     memory: dict[str, float] = Field(default_factory=dict)
+    # Set when the cell reused a stored result with its reuse key: the job and sweep that measured it.
+    reused_from: ReusedFrom | None = None
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
     def cause(self) -> str | None:

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from coverfarm.cell_build import document_view
 from coverfarm.cell_view import CellView, Column, Kind, Latency
-from coverfarm.result import ResultDocument
+from coverfarm.result import ResultDocument, ReusedFrom
 
 BACKEND_TITLES = {"vulkan": "Vulkan", "xnnpack": "XNNPACK"}
 DONE = "✓"
@@ -22,6 +22,7 @@ BOUND = "≤"
 ABOUT = "~"  # a latency whose samples are not stable
 NOT_APPLICABLE = "-"
 NO_DEVICE = "no device"
+REUSED = "↺"  # the cell reused a stored result with its reuse key instead of lowering again
 
 # What a column of each kind means, where the kind alone explains it (the grid's tooltips).
 KIND_HINTS = {
@@ -137,7 +138,14 @@ def coverage_texts(view: CellView) -> list[str]:
     ]
     if view.rerun:
         texts[-1] = f"{texts[-1]} {PENDING}"
+    if view.reused_from is not None:
+        texts[-1] = f"{texts[-1]} {REUSED}"
     return texts
+
+
+def reused_label(source: ReusedFrom) -> str:
+    """Where a reused cell's result came from: "↺ reused from sweep #3 (job 17)"."""
+    return f"{REUSED} reused from sweep #{source.sweep_id} (job {source.job_id})"
 
 
 def pending_label(view: CellView) -> str:

@@ -143,6 +143,10 @@ def grid_cell(cell: CellPublic, view: CellView) -> GridCell:
     elif view.pending and not view.measured:
         label = tracker.pending_label(view)
         fields[0] = Field(label, "pending", None, tracker.BEING_MEASURED, view.since, Kind.PENDING)
+    if view.reused_from is not None and not view.rerun:
+        export = fields[-1]
+        hint = "; ".join(filter(None, [tracker.reused_label(view.reused_from), export.hint]))
+        fields[-1] = Field(export.text, export.tone, export.share, hint, export.since, export.kind)
     fields.append(device_field(view))
     title = tracker.backend_title(cell.backend)
     columns = backend_columns(cell.backend)

@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     DateTime,
     Dialect,
     Enum,
@@ -24,6 +25,7 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
     event,
+    false,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, Mapper, declared_attr, mapped_column, relationship
@@ -133,6 +135,10 @@ class Sweep(Base):
     cancelled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # Device classes each cell with a bundle runs on (those of the cell's backend), e.g. cpu-x86_64-xnnpack.
     device_classes: Mapped[list[str]] = mapped_column(JSONType, default=list)
+    # Result reuse (worker.reuse): fresh runs every cell even where a stored result has its key;
+    # reuse_unfinished lets a cell take a stored slow or failed result too, not only an ok one.
+    fresh: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    reuse_unfinished: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
     cells: Mapped[list[Cell]] = relationship(back_populates="sweep", order_by="Cell.id")
 
@@ -218,6 +224,9 @@ class Result(Base):
     macs_on_backend: Mapped[int | None] = mapped_column(BigInteger)
     programs: Mapped[int | None] = mapped_column(Integer)
     document: Mapped[dict[str, Any]] = mapped_column(JSONType)  # coverfarm.result.ResultDocument
+    # sha256 of everything that produced the document (worker.reuse); None: stored before reuse
+    # existed, or by an engine that names no key. A later cell with the same key reuses the result.
+    reuse_key: Mapped[str | None] = mapped_column(String(64), index=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 

@@ -39,6 +39,7 @@ from worker.bundle import write_bundle
 from worker.memory import worker_memory_gb
 from worker.repros.attach import attach_repros
 from worker.repros.verify import default_repro_cache
+from worker.reuse import stack_fields
 from worker.stages.bounded import StageRun, run_bounded
 from worker.stages.trace import TRACE_MANIFEST
 from worker.trace_cache import load_trace_manifest, trace_key
@@ -286,6 +287,10 @@ def lower(
         doc.export = export_not_run(doc.weights)
     attach_repros(doc, work, repro_cache, say)
     return lowered
+
+
+# What this engine adds to a cell's reuse key (worker.reuse): the worker looks for it beside analyze.
+reuse_fields = stack_fields
 
 
 def analyze(

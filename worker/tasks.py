@@ -37,6 +37,7 @@ from orchestrator.artifacts.store import ArtifactError, ArtifactStore, Stored
 from orchestrator.db import make_engine, make_sessionmaker, unit_of_work
 from orchestrator.jobs import service as jobs
 from orchestrator.workers import service as workers
+from worker import reuse
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,39 @@ def runtime() -> Runtime:
 @cache
 def _engine(spec: str) -> Analyzer:
     return load_engine(spec)
+
+
+@cache
+def _reuse_fields(spec: str) -> reuse.ReuseFields | None:
+    return reuse.engine_fields(spec)
+
+
+def cell_reuse_key(rt: Runtime, started: jobs.StartedJob) -> str | None:
+    """The started cell's reuse key (``worker.reuse``); None when the engine names none, or when the
+    key cannot be computed here (said in the log; the cell then runs and is stored without one)."""
+    try:
+        fields = _reuse_fields(rt.settings.engine)
+        if fields is None:
+            return None
+        return reuse.reuse_key(fields, started.policy, started.backend, started.options)
+    except Exception as error:
+        log.warning("job %s: no reuse key (%s: %s)", started.job_id, type(error).__name__, error)
+        return None
+
+
+def try_reuse(rt: Runtime, started: jobs.StartedJob, key: str) -> bool:
+    """Finish the started job with a copy of a stored result that has ``key``; False when there is none."""
+
+    def take(session: Session) -> bool:
+        doc = jobs.reusable(session, key, started.job_id, started.reuse_unfinished)
+        if doc is None:
+            return False
+        # The bundle is in the store already (it was stored with the source's result): device jobs,
+        # if the sweep asks for any, are made by finish as for a fresh result.
+        jobs.finish(session, started.job_id, started.attempt, doc, rt.settings, reuse_key=key)
+        return True
+
+    return patiently(rt, f"looking for a stored result of job {started.job_id}", take)
 
 
 def job_heartbeat(rt: Runtime, job_id: int, attempt: int, worker: str) -> Periodic:
@@ -223,6 +257,10 @@ def run_lower(job_id: int, worker: str, rt: Runtime) -> None:
     )
     if started is None:
         return
+    key = cell_reuse_key(rt, started)
+    if key is not None and not started.fresh and try_reuse(rt, started, key):
+        log.info("job %s: reused a stored result with key %s", job_id, key[:12])
+        return
     out_dir = rt.settings.results_dir / f"job-{job_id}" / f"attempt-{started.attempt}"
     out_dir.mkdir(parents=True, exist_ok=True)
     log.info("job %s attempt %s: %s on %s", job_id, started.attempt, started.policy, started.backend)
@@ -245,7 +283,7 @@ def run_lower(job_id: int, worker: str, rt: Runtime) -> None:
     def store(session: Session) -> None:
         if stored is not None:
             artifacts.record(session, stored)
-        jobs.finish(session, job_id, started.attempt, doc, rt.settings)
+        jobs.finish(session, job_id, started.attempt, doc, rt.settings, reuse_key=key)
 
     # Should the database stay away past this, the attempt is lost: the reconciler runs it again.
     patiently(rt, f"storing the result of job {job_id}", store)

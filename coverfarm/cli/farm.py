@@ -67,6 +67,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--force-fp16", action="store_true", help="VulkanPartitioner({'force_fp16': True}) for Vulkan cells"
     )
     submit.add_argument("--timeout", type=float, help="bound of each stage in seconds (the farm's default)")
+    submit.add_argument(
+        "--fresh", action="store_true", help="lower every cell again, even where a stored result matches"
+    )
+    submit.add_argument(
+        "--reuse-unfinished",
+        action="store_true",
+        help="let cells reuse stored slow and failed results too (by default only ok ones)",
+    )
     submit.add_argument("--wait", action="store_true", help="wait until every cell is done, print the report")
     submit.add_argument(
         "--device-classes", default="", help="comma-separated device classes to run bundles on (none)"
@@ -246,6 +254,10 @@ def run_submit(args: argparse.Namespace) -> int:
     }
     if args.timeout is not None:
         body["timeout_s"] = args.timeout
+    if getattr(args, "fresh", False):
+        body["fresh"] = True
+    if getattr(args, "reuse_unfinished", False):
+        body["reuse_unfinished"] = True
     if getattr(args, "device_classes", ""):
         body["device_classes"] = _names(args.device_classes)
     url = args.url.rstrip("/")

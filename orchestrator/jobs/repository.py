@@ -26,6 +26,21 @@ def upsert_result(session: Session, values: dict[str, Any]) -> None:
     session.execute(statement.on_conflict_do_update(index_elements=[Result.job_id], set_=replace))
 
 
+def result_with_key(
+    session: Session, key: str, other_than_job: int, statuses: list[str]
+) -> tuple[dict[str, Any], int, int] | None:
+    """(document, job id, sweep id) of the newest result with reuse key ``key`` and one of ``statuses``,
+    of a job other than ``other_than_job`` (the index on ``reuse_key`` finds it)."""
+    row = session.execute(
+        select(Result.document, Result.job_id, Cell.sweep_id)
+        .join(Cell, Cell.id == Result.cell_id)
+        .where(Result.reuse_key == key, Result.job_id != other_than_job, Result.status.in_(statuses))
+        .order_by(Result.id.desc())
+        .limit(1)
+    ).first()
+    return None if row is None else (row[0], row[1], row[2])
+
+
 def attempt(session: Session, job_id: int, number: int) -> JobAttempt | None:
     return session.scalars(
         select(JobAttempt).where(JobAttempt.job_id == job_id, JobAttempt.attempt == number)

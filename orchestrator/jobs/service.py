@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from coverfarm import device_classes
 from coverfarm.queues import QUEUE_LOWER_LONG, DeviceMessage, LowerMessage, baseline_queue, device_queue
-from coverfarm.result import Options, ResultDocument, StageStatus, error_line
+from coverfarm.result import Options, ResultDocument, ReusedFrom, StageStatus, error_line
 from coverfarm.settings import Settings
 from orchestrator.artifacts import repository as artifacts
 from orchestrator.db import Outgoing, enqueue_after_commit
@@ -49,6 +49,8 @@ class StartedJob:
     policy: str
     backend: str
     options: Options
+    fresh: bool = False  # the sweep forces a run even where a stored result has the cell's reuse key
+    reuse_unfinished: bool = False  # the sweep lets stored slow and failed results be reused too
 
 
 def create(session: Session, cell: Cell, stage: str, queue: str, timeout_s: float) -> Job:
@@ -161,7 +163,17 @@ def start(
     transition(session, job, JobStatus.RUNNING, f"attempt {job.attempt} started on {worker}")
     workers.seen(session, worker)
     options = Options.model_validate({**job.cell.options, "timeout_s": job.timeout_s})
-    return StartedJob(job.id, job.attempt, job.stage, job.cell.policy, job.cell.backend, options)
+    sweep = job.cell.sweep
+    return StartedJob(
+        job.id,
+        job.attempt,
+        job.stage,
+        job.cell.policy,
+        job.cell.backend,
+        options,
+        fresh=sweep.fresh,
+        reuse_unfinished=sweep.reuse_unfinished,
+    )
 
 
 def heartbeat(session: Session, job_id: int, attempt: int, worker: str) -> bool:
@@ -189,8 +201,16 @@ def _close_attempt(session: Session, job: Job, outcome: str, error: str | None =
         row.error = error
 
 
-def finish(session: Session, job_id: int, attempt: int, doc: ResultDocument, settings: Settings) -> None:
-    """Store the attempt's result (an upsert keyed by job) and end the job with the document's status."""
+def finish(
+    session: Session,
+    job_id: int,
+    attempt: int,
+    doc: ResultDocument,
+    settings: Settings,
+    reuse_key: str | None = None,
+) -> None:
+    """Store the attempt's result (an upsert keyed by job) with its reuse key (``worker.reuse``; None:
+    never reused) and end the job with the document's status."""
     job = _current(session, job_id, attempt)
     if job is None:
         return
@@ -209,16 +229,37 @@ def finish(session: Session, job_id: int, attempt: int, doc: ResultDocument, set
             "macs_on_backend": doc.heavy_macs.on_backend,
             "programs": doc.programs.count,
             "document": doc.model_dump(mode="json"),
+            "reuse_key": reuse_key,
         },
     )
     _close_attempt(session, job, status.value)
-    transition(session, job, status, f"attempt {attempt} stored its result ({doc.status.value})")
+    if doc.reused_from is not None:
+        source = doc.reused_from
+        reason = f"attempt {attempt} reused the result of job {source.job_id} (sweep {source.sweep_id})"
+    else:
+        reason = f"attempt {attempt} stored its result ({doc.status.value})"
+    transition(session, job, status, reason)
     if status is JobStatus.SLOW and job.stage == STAGE_LOWER:
         # docs/design.md: a stage that runs out of its bound is re-run once with a longer one.
         create(session, job.cell, STAGE_LOWER_LONG, QUEUE_LOWER_LONG, settings.long_timeout_s)
     if status is JobStatus.OK and doc.bundle is not None and artifacts.known(session, doc.bundle.sha256):
         # Sent after commit, like every job: a runner never claims a job whose row does not exist.
         create_device_jobs(session, job.cell, settings)
+
+
+def reusable(session: Session, key: str, job_id: int, unfinished: bool) -> ResultDocument | None:
+    """A copy of the newest stored result with reuse key ``key`` (of another job: ok, or also slow and
+    failed when ``unfinished``), marked with the job and sweep that measured it (kept from the source
+    when it was itself reused); None when there is none."""
+    statuses = [StageStatus.OK, *((StageStatus.SLOW, StageStatus.FAILED) if unfinished else ())]
+    found = repository.result_with_key(session, key, job_id, [status.value for status in statuses])
+    if found is None:
+        return None
+    document, source_job, source_sweep = found
+    doc = ResultDocument.model_validate(document)
+    if doc.reused_from is None:
+        doc.reused_from = ReusedFrom(job_id=source_job, sweep_id=source_sweep)
+    return doc
 
 
 def fail(session: Session, job_id: int, attempt: int, error: str) -> None:

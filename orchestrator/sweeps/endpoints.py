@@ -10,9 +10,18 @@ from fastapi.responses import PlainTextResponse
 from orchestrator.deps import AdminDep, SessionDep, SettingsDep
 from orchestrator.errors import MARKDOWN, responses
 from orchestrator.inputs import Id, Offset, StrictJSONRoute
+from orchestrator.models import JobStatus
 from orchestrator.reports import service as reports
 from orchestrator.sweeps import service
-from orchestrator.sweeps.schemas import CellPublic, SweepCreate, SweepPublic, SweepSummary
+from orchestrator.sweeps.schemas import (
+    CellPage,
+    CellPublic,
+    Name,
+    SweepCreate,
+    SweepOverview,
+    SweepPublic,
+    SweepSummary,
+)
 
 router = APIRouter(tags=["sweeps"], route_class=StrictJSONRoute)
 ADMIN = responses(401, 413)
@@ -40,6 +49,31 @@ def list_sweeps(
 @router.get("/sweeps/{sweep_id:int}", responses=responses(404))
 def get_sweep(sweep_id: Id, session: SessionDep) -> SweepPublic:
     return service.sweep_view(service.get(session, sweep_id))
+
+
+@router.get("/sweeps/{sweep_id:int}/summary", responses=responses(404))
+def sweep_summary(sweep_id: Id, session: SessionDep) -> SweepOverview:
+    """Counts per cell state and per backend column (cells, measured, exported, ops and heavy math on
+    the backend), no cell and no document: what a big sweep's page reads first."""
+    return service.overview(session, sweep_id)
+
+
+@router.get("/sweeps/{sweep_id:int}/cells", responses=responses(404))
+def sweep_cells(
+    sweep_id: Id,
+    session: SessionDep,
+    response: Response,
+    offset: Offset = 0,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    policy: Annotated[Name | None, Query(description="only this policy's cells")] = None,
+    backend: Annotated[Name | None, Query(description="only this backend's cells")] = None,
+    state: Annotated[JobStatus | None, Query(description="only cells in this state")] = None,
+) -> CellPage:
+    """A page of the sweep's cells in cell order, each with its latest result's columns and the URL of
+    its whole document; ``X-Total-Count`` (and ``total``) counts the cells the filters match."""
+    page = service.cells_page(session, sweep_id, offset, limit, policy, backend, state)
+    response.headers["X-Total-Count"] = str(page.total)
+    return page
 
 
 @router.post("/sweeps/{sweep_id:int}/cancel", dependencies=[AdminDep], responses=responses(401, 404))

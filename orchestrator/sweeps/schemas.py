@@ -38,6 +38,10 @@ class SweepCreate(BaseModel):
     device_classes: list[Name] = Field(default_factory=list, max_length=20)
     # None: the farm's stage bound. The range is checked against the settings by the service.
     timeout_s: Number | None = None
+    # Result reuse (worker.reuse): fresh lowers every cell again even where a stored result has its
+    # key; reuse_unfinished lets cells take stored slow and failed results too, not only ok ones.
+    fresh: Flag = False
+    reuse_unfinished: Flag = False
 
     @field_validator("policies", "backends", "device_classes")
     @classmethod
@@ -70,7 +74,9 @@ class JobPublic(BaseModel):
     finished_at: datetime | None
 
 
-class ResultPublic(BaseModel):
+class ResultBrief(BaseModel):
+    """A stored result's columns, without its document (GET /api/cells/{id} has it)."""
+
     model_config = ConfigDict(from_attributes=True)
 
     job_id: int
@@ -82,6 +88,9 @@ class ResultPublic(BaseModel):
     macs_total: int | None
     macs_on_backend: int | None
     programs: int | None
+
+
+class ResultPublic(ResultBrief):
     document: ResultDocument
 
 
@@ -106,6 +115,8 @@ class SweepSummary(BaseModel):
     policies: list[str]
     backends: list[str]
     device_classes: list[str] = Field(default_factory=list)
+    fresh: bool = False
+    reuse_unfinished: bool = False
     state: Literal["running", "done", "cancelled"]
     counts: dict[str, int]  # cells per state
     cancelled_at: datetime | None
@@ -113,3 +124,44 @@ class SweepSummary(BaseModel):
 
 class SweepPublic(SweepSummary):
     cells: list[CellPublic]
+
+
+class CellBrief(BaseModel):
+    """A cell of a page (GET /api/sweeps/{id}/cells): its state and latest result's columns."""
+
+    id: int
+    policy: str
+    backend: str
+    state: JobStatus
+    pending: bool
+    result: ResultBrief | None
+    url: str  # the cell with its jobs and whole document
+
+
+class CellPage(BaseModel):
+    total: int  # cells matching the filters, in all
+    offset: int
+    limit: int
+    cells: list[CellBrief]
+
+
+class BackendColumn(BaseModel):
+    """A backend's column of a sweep, over each cell's latest result."""
+
+    backend: str
+    cells: int
+    measured: int  # cells with a stored result
+    exported: int  # cells whose export is ok
+    ops_on_backend: int | None  # summed over the measured cells that counted them
+    ops_total: int | None
+    macs_on_backend: int | None
+    macs_total: int | None
+    ops_share: float | None  # ops_on_backend / ops_total
+    macs_share: float | None
+
+
+class SweepOverview(SweepSummary):
+    """A sweep's summary (GET /api/sweeps/{id}/summary): counts per state and per backend column,
+    no cell and no document."""
+
+    columns: list[BackendColumn]

@@ -20,11 +20,16 @@ from orchestrator.models import DEVICE_STAGE_PREFIXES, PENDING_STATUSES, Cell, J
 from orchestrator.sweeps import repository
 from orchestrator.sweeps import state as derived
 from orchestrator.sweeps.schemas import (
+    BackendColumn,
+    CellBrief,
+    CellPage,
     CellPublic,
     JobPublic,
+    ResultBrief,
     ResultPublic,
     SweepCreate,
     SweepOptions,
+    SweepOverview,
     SweepPublic,
     SweepSummary,
 )
@@ -89,6 +94,8 @@ def create(session: Session, settings: Settings, body: SweepCreate) -> Sweep:
         lowering=body.options.lowering,
         timeout_s=timeout_s,
         device_classes=body.device_classes,
+        fresh=body.fresh,
+        reuse_unfinished=body.reuse_unfinished,
     )
     session.add(sweep)
     session.flush()
@@ -204,6 +211,8 @@ def _summary_fields(sweep: Sweep, cells: list[CellPublic]) -> dict[str, Any]:
         "policies": list(dict.fromkeys(cell.policy for cell in cells)),
         "backends": list(dict.fromkeys(cell.backend for cell in cells)),
         "device_classes": list(sweep.device_classes),
+        "fresh": sweep.fresh,
+        "reuse_unfinished": sweep.reuse_unfinished,
         "state": derived.sweep_state(sweep.cancelled_at is not None, pending),
         "counts": dict(sorted(counts.items())),
         "cancelled_at": sweep.cancelled_at,
@@ -245,7 +254,86 @@ def _light_summary(sweep: Sweep, tally: repository.SweepTally) -> SweepSummary:
         policies=tally.policies,
         backends=tally.backends,
         device_classes=list(sweep.device_classes),
+        fresh=sweep.fresh,
+        reuse_unfinished=sweep.reuse_unfinished,
         state=derived.sweep_state(sweep.cancelled_at is not None, tally.pending > 0),
         counts=dict(sorted(tally.counts.items())),
         cancelled_at=sweep.cancelled_at,
     )
+
+
+def _whole(value: object) -> int | None:
+    # Postgres sums a bigint column as numeric (a Decimal).
+    return None if value is None else int(value)  # type: ignore[call-overload]
+
+
+def _share(part: int | None, whole: int | None) -> float | None:
+    return part / whole if part is not None and whole else None
+
+
+def overview(session: Session, sweep_id: int) -> SweepOverview:
+    """The sweep's summary and per-backend columns, counted in the database: no cell, job or document
+    is loaded, so it costs little more for ten thousand cells than for ten."""
+    sweep = repository.get_sweep_row(session, sweep_id)
+    if sweep is None:
+        raise NotFound("sweep", sweep_id)
+    columns = []
+    for backend, cells, measured, exported, ops_on, ops, macs_on, macs in repository.column_aggregates(
+        session, sweep_id
+    ):
+        ops_on, ops, macs_on, macs = (_whole(value) for value in (ops_on, ops, macs_on, macs))
+        columns.append(
+            BackendColumn(
+                backend=backend,
+                cells=cells,
+                measured=measured,
+                exported=int(exported),
+                ops_on_backend=ops_on,
+                ops_total=ops,
+                macs_on_backend=macs_on,
+                macs_total=macs,
+                ops_share=_share(ops_on, ops),
+                macs_share=_share(macs_on, macs),
+            )
+        )
+    summary = _light_summary(sweep, repository.tally(session, [sweep_id])[sweep_id])
+    return SweepOverview(**summary.model_dump(), columns=columns)
+
+
+RESULT_COLUMNS = repository.RESULT_BRIEF_COLUMNS  # ResultBrief's fields (the page test holds them equal)
+
+
+def cells_page(
+    session: Session,
+    sweep_id: int,
+    offset: int,
+    limit: int,
+    policy: str | None = None,
+    backend: str | None = None,
+    state: JobStatus | None = None,
+) -> CellPage:
+    """One page of the sweep's cells in cell order, filtered, each with its latest result's columns
+    but not its document (``url`` has it)."""
+    if repository.get_sweep_row(session, sweep_id) is None:
+        raise NotFound("sweep", sweep_id)
+    total, rows = repository.cell_page(
+        session, sweep_id, offset, limit, policy, backend, state.value if state is not None else None
+    )
+    cells = []
+    for row in rows:
+        cell_id, cell_policy, cell_backend, cell_state, pending, *result = row
+        brief = (
+            ResultBrief(**dict(zip(RESULT_COLUMNS, result, strict=True))) if result[0] is not None else None
+        )
+        cells.append(
+            CellBrief(
+                id=cell_id,
+                policy=cell_policy,
+                backend=cell_backend,
+                state=JobStatus(cell_state),
+                pending=bool(pending),
+                result=brief,
+                url=f"/api/cells/{cell_id}",
+            )
+        )
+    return CellPage(total=total, offset=offset, limit=limit, cells=cells)

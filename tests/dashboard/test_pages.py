@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from coverfarm import tracker
-from coverfarm.result import Blocker
+from coverfarm.result import Blocker, ReusedFrom
 from coverfarm.settings import Settings
 
 ACT_ROW = ["90 / 100 (90%)", "80%", "3", "✓", "no device"]
@@ -260,3 +260,29 @@ def test_static_files_and_missing_things(client: TestClient) -> None:
     index = client.get("/")
     assert index.status_code == 200
     assert "No sweep yet. Submit one with coverfarm sweep submit" in text_of(index.text)
+
+
+def test_a_reused_cell_shows_its_mark_and_the_sweep_it_came_from(
+    client: TestClient, admin: dict[str, str], sessions: sessionmaker[Session], settings: Settings
+) -> None:
+    first = submit(client, admin, ["act"], ["xnnpack"])
+    measured = finished("act", "xnnpack", (90, 100), (800, 1000), 3)
+    store(sessions, settings, job_of(first, "act", "xnnpack"), measured)
+    second = submit(client, admin, ["act"], ["xnnpack"])
+    source = ReusedFrom(job_id=job_of(first, "act", "xnnpack"), sweep_id=first["id"])
+    store(
+        sessions,
+        settings,
+        job_of(second, "act", "xnnpack"),
+        measured.model_copy(update={"reused_from": source}),
+    )
+
+    label = f"{tracker.REUSED} reused from sweep #{first['id']} (job {source.job_id})"
+    grid = client.get(f"/sweeps/{second['id']}").text
+    assert f"✓ {tracker.REUSED}" in text_of(grid) and label in grid  # the export cell's tooltip
+    assert f"✓ {tracker.REUSED}" not in text_of(client.get(f"/sweeps/{first['id']}").text)
+    cell = cell_of(second, "act", "xnnpack")
+    details = client.get(f"/cells/{cell['id']}").text
+    assert label in text_of(details) and f'href="/sweeps/{first["id"]}"' in details
+    report = client.get(f"/api/sweeps/{second['id']}/report.md").text
+    assert f"| act | 90 / 100 (90%) | 80% | 3 | ✓ {tracker.REUSED} |" in report

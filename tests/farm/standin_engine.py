@@ -6,12 +6,17 @@ attempt), so the farm's queueing, storage, re-queue and crash handling can
 be exercised in seconds. The one end-to-end test marked ``real_policy`` uses the real engine.
 
 Per policy: ``vqbet`` exports ``slow`` unless its bound is the long one (>= 1000 s), ``pi05`` raises.
+
+Result reuse (``worker.reuse``): with ``$STANDIN_REUSE`` set, ``reuse_fields`` names the stand-in's
+"versions" and "engine digest" from ``$STANDIN_VERSIONS`` and ``$STANDIN_ENGINE_DIGEST``, so a test can
+change either; without it every job's key is its own, so the farm's other tests measure every cell.
 """
 
 from __future__ import annotations
 
 import os
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,6 +32,15 @@ from coverfarm.result import (
 )
 
 LONG_BOUND_S = 1000.0
+
+
+def reuse_fields(policy: str, options: Options) -> dict[str, object]:
+    if not os.environ.get("STANDIN_REUSE"):
+        return {"run": uuid.uuid4().hex}
+    return {
+        "versions": os.environ.get("STANDIN_VERSIONS", "stand-in 1"),
+        "engine": os.environ.get("STANDIN_ENGINE_DIGEST", "stand-in"),
+    }
 
 
 def analyze(

@@ -105,3 +105,39 @@ def test_0002_keeps_workers_and_jobs_and_adds_empty_state_reason_and_pid(tmp_pat
             assert conn.scalar(text("SELECT count(*) FROM jobs")) == 1
     finally:
         engine.dispose()
+
+
+def test_0006_adds_an_empty_reuse_key_and_sweeps_that_reuse(tmp_path: Path) -> None:
+    """Results stored before 0006 keep their rows with no key (never reused); sweeps read as reusing,
+    not fresh; the downgrade keeps both rows."""
+    settings = postgres_settings(tmp_path)
+    config = alembic_config(settings)
+    engine = create_engine(settings.sqlalchemy_url)
+    try:
+        command.upgrade(config, "0005")
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO sweeps (id, created_at, constant_prop, lowering, timeout_s)"
+                    " VALUES (1, now(), true, 'fast', 900);"
+                    "INSERT INTO cells (id, sweep_id, policy, backend, options)"
+                    " VALUES (1, 1, 'act', 'xnnpack', '{}');"
+                    "INSERT INTO jobs (id, cell_id, stage, queue, timeout_s, status, attempt, created_at)"
+                    " VALUES (1, 1, 'lower', 'lower', 900, 'ok', 1, now());"
+                    "INSERT INTO results (job_id, cell_id, attempt, status, export_status, document,"
+                    " created_at, updated_at) VALUES (1, 1, 1, 'ok', 'ok', '{}', now(), now())"
+                )
+            )
+        command.upgrade(config, "0006")
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT job_id, reuse_key FROM results")).all() == [(1, None)]
+            assert conn.execute(text("SELECT fresh, reuse_unfinished FROM sweeps")).all() == [(False, False)]
+        indexes = {index["name"]: index["column_names"] for index in inspect(engine).get_indexes("results")}
+        assert indexes["ix_results_reuse_key"] == ["reuse_key"]
+        command.downgrade(config, "0005")
+        with engine.connect() as conn:
+            assert conn.scalar(text("SELECT count(*) FROM results")) == 1
+            assert conn.scalar(text("SELECT count(*) FROM sweeps")) == 1
+        assert "reuse_key" not in {column["name"] for column in inspect(engine).get_columns("results")}
+    finally:
+        engine.dispose()

@@ -1,0 +1,102 @@
+"""What a reuse key finds (``jobs.reusable``) and what finishing with a reused result does, on the
+rolled-back Postgres session: the newest stored result of another job with that key, ok only unless
+asked, the source named once; its bundle's device jobs made afresh (device runs are never reused)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy.orm import Session
+from test_jobs_service import document
+
+from coverfarm.result import Bundle, StageStatus
+from coverfarm.settings import Settings
+from orchestrator.artifacts import repository as artifacts
+from orchestrator.artifacts.store import Stored
+from orchestrator.db import take_outbox
+from orchestrator.jobs import service as jobs
+from orchestrator.models import Job
+from orchestrator.sweeps import service as sweeps
+from orchestrator.sweeps.schemas import SweepCreate
+
+KEY = "k" * 64
+DEVICE_CLASS = "cpu-x86_64-vulkan"
+
+
+def lower_job(session: Session, settings: Settings, **sweep: object) -> tuple[Job, int]:
+    body = SweepCreate.model_validate({"policies": ["act"], "backends": ["vulkan"], "timeout_s": 60, **sweep})
+    created = sweeps.create(session, settings, body)
+    take_outbox(session)
+    return created.cells[0].jobs[0], created.id
+
+
+def run(session: Session, settings: Settings, job: Job, status: StageStatus, key: str | None = KEY) -> None:
+    started = jobs.start(session, job.id, "w1", settings)
+    assert started is not None
+    jobs.finish(session, job.id, started.attempt, document("act", export=status), settings, reuse_key=key)
+    session.flush()
+
+
+def test_reusable_finds_the_newest_ok_result_of_another_job(session: Session, settings: Settings) -> None:
+    assert jobs.reusable(session, KEY, 0, unfinished=False) is None
+    first, first_sweep = lower_job(session, settings)
+    run(session, settings, first, StageStatus.OK)
+    slow, _ = lower_job(session, settings)
+    run(session, settings, slow, StageStatus.SLOW)
+    unkeyed, _ = lower_job(session, settings)
+    run(session, settings, unkeyed, StageStatus.OK, key=None)
+
+    found = jobs.reusable(session, KEY, 0, unfinished=False)
+    assert found is not None and found.reused_from is not None
+    assert (found.reused_from.job_id, found.reused_from.sweep_id) == (first.id, first_sweep)
+    assert found.status is StageStatus.OK
+    # A job never reuses its own result; without another ok one there is nothing.
+    assert jobs.reusable(session, KEY, first.id, unfinished=False) is None
+    asked = jobs.reusable(session, KEY, first.id, unfinished=True)
+    assert asked is not None and asked.reused_from is not None
+    assert (asked.status, asked.reused_from.job_id) == (StageStatus.SLOW, slow.id)
+    assert jobs.reusable(session, "other" + KEY[5:], 0, unfinished=True) is None
+
+    # A reuse of a reuse names the result that was measured, not the copy.
+    copy, _ = lower_job(session, settings)
+    started = jobs.start(session, copy.id, "w1", settings)
+    assert started is not None
+    jobs.finish(session, copy.id, started.attempt, found, settings, reuse_key=KEY)
+    session.flush()
+    again = jobs.reusable(session, KEY, first.id, unfinished=False)
+    assert again is not None and again.reused_from == found.reused_from
+    assert "reused the result of job" in (copy.status_reason or "")
+
+
+def test_start_says_whether_the_sweep_is_fresh(session: Session, settings: Settings) -> None:
+    plain, _ = lower_job(session, settings)
+    fresh, _ = lower_job(session, settings, fresh=True, reuse_unfinished=True)
+    started_plain = jobs.start(session, plain.id, "w1", settings)
+    started_fresh = jobs.start(session, fresh.id, "w1", settings)
+    assert started_plain is not None and started_fresh is not None
+    assert (started_plain.fresh, started_plain.reuse_unfinished) == (False, False)
+    assert (started_fresh.fresh, started_fresh.reuse_unfinished) == (True, True)
+
+
+def test_a_reused_result_with_a_bundle_gets_device_jobs_of_its_own(
+    session: Session, settings: Settings
+) -> None:
+    sha = "ab" * 32
+    artifacts.record(session, Stored(sha, Path("/store") / sha, 10, 2))
+    source, _ = lower_job(session, settings, device_classes=[DEVICE_CLASS])
+    measured = document("act").model_copy(update={"bundle": Bundle(sha256=sha, path="/out/bundle")})
+    started = jobs.start(session, source.id, "w1", settings)
+    assert started is not None
+    jobs.finish(session, source.id, started.attempt, measured, settings, reuse_key=KEY)
+    session.flush()
+
+    reusing, _ = lower_job(session, settings, device_classes=[DEVICE_CLASS])
+    found = jobs.reusable(session, KEY, reusing.id, unfinished=False)
+    assert found is not None and found.bundle == measured.bundle
+    started = jobs.start(session, reusing.id, "w1", settings)
+    assert started is not None
+    jobs.finish(session, reusing.id, started.attempt, found, settings, reuse_key=KEY)
+    session.flush()
+    session.refresh(reusing.cell)
+    assert [job.stage for job in reusing.cell.jobs] == ["lower", f"run:{DEVICE_CLASS}"]
+    assert reusing.cell.jobs[1].status.value == "queued"

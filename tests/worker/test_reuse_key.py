@@ -1,0 +1,68 @@
+"""The real engine's reuse key: what changes it (options, backend, weights resolution, versions, the
+engine's code) and what does not."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+import worker.reuse
+from coverfarm.result import Options
+from worker.reuse import ENGINE_SOURCES, engine_code_digest, reuse_key, stack_fields
+
+
+def key(backend: str = "xnnpack", **options: object) -> str:
+    return reuse_key(stack_fields, "act", backend, Options.model_validate(options))
+
+
+def test_the_key_names_the_cell_its_options_and_how_auto_weights_resolve(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COVERFARM_WORKER_MEMORY_GB", "24")
+    base = key()
+    assert key() == base
+    changed = [
+        key("vulkan"),
+        key(force_fp16=True),
+        key(lowering="stock"),
+        key(constant_prop=False),
+        key(seed=1),
+        key(timeout_s=1200.0),
+        key(weights="real"),
+    ]
+    assert len({base, *changed}) == len(changed) + 1
+    # auto resolves against this worker's memory; real and fake do not depend on it.
+    real = key(weights="real")
+    monkeypatch.setenv("COVERFARM_WORKER_MEMORY_GB", "64")
+    assert key() != base
+    assert key(weights="real") == real
+
+
+def test_the_key_changes_with_the_versions(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COVERFARM_WORKER_MEMORY_GB", "24")
+    base = key()
+    from worker import versions
+
+    bumped = {**versions.versions(), "executorch": "99.0"}
+    monkeypatch.setattr(versions, "versions", lambda: bumped)
+    assert key() != base
+
+
+def test_the_engine_digest_covers_the_code_that_lowers_and_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    copy = tmp_path / "worker"
+    shutil.copytree(worker.reuse.WORKER, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(worker.reuse, "WORKER", copy)
+    digest = engine_code_digest.__wrapped__
+    assert digest() == engine_code_digest()  # the copy is the same code
+    (copy / "policies" / "act.py").write_text("# not the engine's lowering code\n", encoding="utf-8")
+    assert digest() == engine_code_digest()
+    for name in ENGINE_SOURCES:
+        path = copy / name
+        target = next(iter(sorted(path.rglob("*.py")))) if path.is_dir() else path
+        before = digest()
+        target.write_text(target.read_text() + "\n# changed\n")
+        assert digest() != before, name
