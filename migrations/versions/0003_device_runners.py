@@ -109,5 +109,13 @@ def downgrade() -> None:
     with op.batch_alter_table("jobs") as batch:
         batch.alter_column("queue", type_=sa.String(32), existing_type=sa.String(64), existing_nullable=False)
         batch.alter_column("stage", type_=sa.String(32), existing_type=sa.String(64), existing_nullable=False)
-    with op.batch_alter_table("sweeps") as batch:
-        batch.drop_column("device_classes")
+    _drop_column("sweeps", "device_classes")
+
+
+def _drop_column(table: str, column: str) -> None:
+    """In place on both databases: on SQLite (3.35+) a batch copy would drop the table, and with foreign
+    keys on that cascades to the rows that refer to it."""
+    if op.get_bind().dialect.name == "sqlite":
+        op.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    else:
+        op.drop_column(table, column)

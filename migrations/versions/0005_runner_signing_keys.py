@@ -21,10 +21,13 @@ depends_on: str | None = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("runners") as batch:
-        batch.add_column(sa.Column("signing_key", sa.String(64), nullable=True))
+    # Plain ALTER TABLE, not a batch copy: on SQLite a batch copy drops and recreates ``runners``, and
+    # with foreign keys on that reaches the rows that refer to it.
+    op.add_column("runners", sa.Column("signing_key", sa.String(64), nullable=True))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("runners") as batch:
-        batch.drop_column("signing_key")
+    if op.get_bind().dialect.name == "sqlite":
+        op.execute("ALTER TABLE runners DROP COLUMN signing_key")
+    else:
+        op.drop_column("runners", "signing_key")

@@ -24,20 +24,27 @@ depends_on: str | None = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("results") as batch:
-        batch.add_column(sa.Column("reuse_key", sa.String(64), nullable=True))
-        batch.create_index("ix_results_reuse_key", ["reuse_key"])
-    with op.batch_alter_table("sweeps") as batch:
-        batch.add_column(sa.Column("fresh", sa.Boolean(), nullable=False, server_default=sa.false()))
-        batch.add_column(
-            sa.Column("reuse_unfinished", sa.Boolean(), nullable=False, server_default=sa.false())
-        )
+    # Plain ALTER TABLE, not a batch copy: on SQLite a batch copy drops and recreates the table, and with
+    # foreign keys on, dropping ``sweeps`` cascades to every cell and job (tests/orchestrator/test_migrations.py).
+    op.add_column("results", sa.Column("reuse_key", sa.String(64), nullable=True))
+    op.create_index("ix_results_reuse_key", "results", ["reuse_key"])
+    op.add_column("sweeps", sa.Column("fresh", sa.Boolean(), nullable=False, server_default=sa.false()))
+    op.add_column(
+        "sweeps", sa.Column("reuse_unfinished", sa.Boolean(), nullable=False, server_default=sa.false())
+    )
+
+
+def _drop_column(table: str, column: str) -> None:
+    """In place on both databases: on SQLite (3.35+) a batch copy would drop the table, and with foreign
+    keys on that cascades to the rows that refer to it."""
+    if op.get_bind().dialect.name == "sqlite":
+        op.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    else:
+        op.drop_column(table, column)
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("sweeps") as batch:
-        batch.drop_column("reuse_unfinished")
-        batch.drop_column("fresh")
-    with op.batch_alter_table("results") as batch:
-        batch.drop_index("ix_results_reuse_key")
-        batch.drop_column("reuse_key")
+    _drop_column("sweeps", "reuse_unfinished")
+    _drop_column("sweeps", "fresh")
+    op.drop_index("ix_results_reuse_key", table_name="results")
+    _drop_column("results", "reuse_key")

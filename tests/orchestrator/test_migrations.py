@@ -141,3 +141,43 @@ def test_0006_adds_an_empty_reuse_key_and_sweeps_that_reuse(tmp_path: Path) -> N
         assert "reuse_key" not in {column["name"] for column in inspect(engine).get_columns("results")}
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize("make_settings", [postgres_settings, sqlite_settings], ids=["postgres", "sqlite"])
+def test_no_revision_loses_a_row_up_or_down(
+    make_settings: Callable[[Path], Settings], tmp_path: Path
+) -> None:
+    """A sweep, its cell and its job written at the first revision survive every upgrade and every
+    downgrade, with foreign keys enforced as the farm enforces them (on SQLite a batch copy of a parent
+    table would drop it and cascade the delete to its children)."""
+    from orchestrator.db import make_engine
+
+    settings = make_settings(tmp_path)
+    config = alembic_config(settings)
+    first = list(ScriptDirectory.from_config(config).walk_revisions())[-1].revision
+    command.upgrade(config, first)
+    engine = make_engine(settings)
+    try:
+        now = "now()" if engine.dialect.name == "postgresql" else "CURRENT_TIMESTAMP"
+        with engine.begin() as conn:
+            conn.execute(text(f"INSERT INTO sweeps (id, created_at, constant_prop, lowering, timeout_s) "
+                              f"VALUES (1, {now}, true, 'fast', 900)"))  # fmt: skip
+            conn.execute(text("INSERT INTO cells (id, sweep_id, policy, backend, options) "
+                              "VALUES (1, 1, 'act', 'xnnpack', '{}')"))  # fmt: skip
+            conn.execute(text("INSERT INTO jobs (id, cell_id, stage, queue, timeout_s, status, attempt, "
+                              "created_at) VALUES (1, 1, 'lower', 'lower', 900, 'queued', 0, "
+                              f"{now})"))  # fmt: skip
+
+        def counts() -> list[int]:
+            with engine.connect() as conn:
+                return [
+                    conn.scalar(text(f"SELECT count(*) FROM {table}")) or 0
+                    for table in ("sweeps", "cells", "jobs")
+                ]
+
+        command.upgrade(config, "head")
+        assert counts() == [1, 1, 1]
+        command.downgrade(config, first)
+        assert counts() == [1, 1, 1]
+    finally:
+        engine.dispose()
