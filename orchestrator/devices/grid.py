@@ -44,10 +44,11 @@ def device_inputs(
     session: Session, cells: Sequence[Cell], classes: Sequence[str]
 ) -> dict[int, list[DeviceInput]]:
     """Cell id -> one input per device class in ``classes`` (the sweep's), in that order."""
-    stored_runs, stored_baselines = runs(session, cells), baselines(session, cells)
     ids = [cell.id for cell in cells]
-    run_runners = {(r.cell_id, r.device_class): r.runner_id for r in repository.runs_of_cells(session, ids)}
-    timers = {(b.cell_id, b.device_class): b.runner_id for b in repository.baselines_of_cells(session, ids)}
+    run_rows = {(r.cell_id, r.device_class): r for r in repository.runs_of_cells(session, ids)}
+    timer_rows = {(b.cell_id, b.device_class): b for b in repository.baselines_of_cells(session, ids)}
+    stored_runs = {key: DeviceResult.model_validate(row.document) for key, row in run_rows.items()}
+    stored_baselines = {key: BaselineResult.model_validate(row.document) for key, row in timer_rows.items()}
     enrolled = repository.enrolled_classes(session)
     inputs: dict[int, list[DeviceInput]] = {}
     for cell in cells:
@@ -62,8 +63,8 @@ def device_inputs(
                     baseline_waits=timer is not None and timer.status in PENDING_STATUSES,
                     job=DeviceJob(runner.status.value, cause(runner)) if runner is not None else None,
                     enrolled=name in enrolled,
-                    run_runner_id=run_runners.get((cell.id, name)),
-                    baseline_runner_id=timers.get((cell.id, name)),
+                    run_runner_id=run.runner_id if (run := run_rows.get((cell.id, name))) else None,
+                    baseline_runner_id=b.runner_id if (b := timer_rows.get((cell.id, name))) else None,
                 )
             )
     return inputs
