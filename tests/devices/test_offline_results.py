@@ -17,14 +17,19 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from coverfarm.signing import public_key_of, sign
-from orchestrator.models import DeviceRun, Event, Runner
+from orchestrator.models import Cell, DeviceRun, Event, Runner
 
 CLASS = f"cpu-{os.uname().machine}-xnnpack"
 
 
-def device_runs(sessions: sessionmaker[Session]) -> int:
+def device_runs(sessions: sessionmaker[Session], sweep_id: int) -> int:
+    """Device runs stored for the sweep's cells (the farm's database is shared by the session's tests)."""
     with sessions() as session:
-        return session.scalar(select(func.count()).select_from(DeviceRun)) or 0
+        cells = select(Cell.id).where(Cell.sweep_id == sweep_id)
+        return (
+            session.scalar(select(func.count()).select_from(DeviceRun).where(DeviceRun.cell_id.in_(cells)))
+            or 0
+        )
 
 
 def test_offline_host_runs_a_sweeps_bundles_and_its_signed_results_are_imported(
@@ -83,7 +88,7 @@ def test_offline_host_runs_a_sweeps_bundles_and_its_signed_results_are_imported(
     (tampered_dir / files[1].name).write_text(json.dumps(doc))
     refused = run_cli(farm_env, "results", "import", str(tampered_dir), "--url", url)
     assert refused.returncode == 2 and "result 2 of 2" in refused.stderr and "bad signature" in refused.stderr
-    assert device_runs(farm_sessions) == 0
+    assert device_runs(farm_sessions, sweep_id) == 0
 
     # A result for a class the signer does not serve is refused, though correctly signed.
     other = json.loads(files[0].read_text())
@@ -99,16 +104,17 @@ def test_offline_host_runs_a_sweeps_bundles_and_its_signed_results_are_imported(
     (tmp_path / "unknown.json").write_text(json.dumps(sign(unknown, runner_id, config["signing_key"])))
     unknown_result = run_cli(farm_env, "results", "import", str(tmp_path / "unknown.json"), "--url", url)
     assert unknown_result.returncode == 2 and "not one the farm knows" in unknown_result.stderr
-    assert device_runs(farm_sessions) == 0
+    assert device_runs(farm_sessions, sweep_id) == 0
 
     with farm_sessions() as session:
         events_before = session.scalar(select(func.max(Event.id))) or 0
     stored = run_cli(farm_env, "results", "import", str(results), "--url", url)
     assert stored.returncode == 0, stored.stderr
     assert "stored 2 results" in stored.stdout
-    assert device_runs(farm_sessions) == 2
+    assert device_runs(farm_sessions, sweep_id) == 2
     with farm_sessions() as session:
-        runs = session.scalars(select(DeviceRun)).all()
+        cells = select(Cell.id).where(Cell.sweep_id == sweep_id)
+        runs = session.scalars(select(DeviceRun).where(DeviceRun.cell_id.in_(cells))).all()
         assert {(r.device_class, r.source, r.runner_id) for r in runs} == {(CLASS, "import", runner_id)}
         kinds = session.scalars(select(Event.kind).where(Event.id > events_before)).all()
         assert kinds.count("device") == 2  # one per stored cell, for an open grid
