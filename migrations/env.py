@@ -17,6 +17,25 @@ if config.config_file_name is not None and config.attributes.get("configure_logg
 
 
 def run_with(connection: Connection) -> None:
+    sqlite = connection.dialect.name == "sqlite"
+    if sqlite:
+        # A batch copy drops and recreates a table; with foreign keys on, dropping a parent table deletes
+        # its children's rows. SQLite only changes this setting outside a transaction, so it is set and the
+        # implicit transaction ended before the migrations begin, checked and restored after them.
+        connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+        connection.commit()
+    try:
+        _migrate(connection)
+    finally:
+        if sqlite:
+            broken = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
+            connection.exec_driver_sql("PRAGMA foreign_keys=ON")
+            connection.commit()
+            if broken:
+                raise RuntimeError(f"the migration left rows whose parent is gone: {broken[:5]}")
+
+
+def _migrate(connection: Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=Base.metadata,

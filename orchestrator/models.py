@@ -26,10 +26,12 @@ from sqlalchemy import (
     UniqueConstraint,
     event,
     false,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, Mapper, declared_attr, mapped_column, relationship
 
+from coverfarm.stacks import DEFAULT_STACK
 from orchestrator.db import Base
 
 
@@ -139,18 +141,23 @@ class Sweep(Base):
     # reuse_unfinished lets a cell take a stored slow or failed result too, not only an ok one.
     fresh: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     reuse_unfinished: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # The stacks (coverfarm.stacks) the sweep measures, in the order it names them; each cell is of one.
+    stacks: Mapped[list[str]] = mapped_column(
+        JSONType, default=lambda: [DEFAULT_STACK], server_default=text(f"'[\"{DEFAULT_STACK}\"]'")
+    )
 
     cells: Mapped[list[Cell]] = relationship(back_populates="sweep", order_by="Cell.id")
 
 
 class Cell(Base):
     __tablename__ = "cells"
-    __table_args__ = (UniqueConstraint("sweep_id", "policy", "backend"),)
+    __table_args__ = (UniqueConstraint("sweep_id", "policy", "backend", "stack"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"), index=True)
     policy: Mapped[str] = mapped_column(String(64))
     backend: Mapped[str] = mapped_column(String(64))
+    stack: Mapped[str] = mapped_column(String(64), default=DEFAULT_STACK, server_default=DEFAULT_STACK)
     options: Mapped[dict[str, Any]] = mapped_column(JSONType)  # coverfarm.result.Options, as JSON
 
     sweep: Mapped[Sweep] = relationship(back_populates="cells")
@@ -176,6 +183,9 @@ class Job(Base):
     status: Mapped[JobStatus] = mapped_column(JobStatusType, default=JobStatus.QUEUED)
     status_reason: Mapped[str | None] = mapped_column(REASON)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
+    # A lower job that needs more memory than a worker it landed on had: the need, in GB, that routes it
+    # to a worker of that memory class (None: any worker of the cell's stack).
+    memory_gb: Mapped[float | None] = mapped_column(Float)
     worker: Mapped[str | None] = mapped_column(String(255))
     # The process on ``worker``'s host that runs the current attempt: a redelivered message can tell
     # from it that the attempt died with its process (a killed pool child) and run again at once.
@@ -247,6 +257,11 @@ class Worker(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(255), unique=True)
     queues: Mapped[list[str]] = mapped_column(JSONType)
+    # The stack the worker's environment is (coverfarm.stacks), its package versions, and its usable
+    # memory; stored before 0007 as the default stack with versions and memory unknown.
+    stack: Mapped[str] = mapped_column(String(64), default=DEFAULT_STACK, server_default=DEFAULT_STACK)
+    versions: Mapped[dict[str, str] | None] = mapped_column(JSONType)
+    memory_gb: Mapped[float | None] = mapped_column(Float)
     state: Mapped[str] = mapped_column(String(16))  # a WorkerState value
     state_reason: Mapped[str | None] = mapped_column(REASON)
     state_changed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

@@ -181,3 +181,53 @@ def test_no_revision_loses_a_row_up_or_down(
         assert counts() == [1, 1, 1]
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize("make_settings", [postgres_settings, sqlite_settings], ids=["postgres", "sqlite"])
+def test_0007_keys_cells_by_stack_and_refuses_a_lossy_downgrade(
+    make_settings: Callable[[Path], Settings], tmp_path: Path
+) -> None:
+    """Cells stored before 0007 are of the default stack and keep their jobs; a sweep may then hold one
+    policy and backend under two stacks; the downgrade refuses while it does, and goes down once it does
+    not."""
+    from orchestrator.db import make_engine
+
+    settings = make_settings(tmp_path)
+    config = alembic_config(settings)
+    command.upgrade(config, "0006")
+    engine = make_engine(settings)
+    now = "now()" if engine.dialect.name == "postgresql" else "CURRENT_TIMESTAMP"
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(f"INSERT INTO sweeps (id, created_at, constant_prop, lowering, timeout_s) "
+                              f"VALUES (1, {now}, true, 'fast', 900)"))  # fmt: skip
+            conn.execute(text("INSERT INTO cells (id, sweep_id, policy, backend, options) "
+                              "VALUES (1, 1, 'act', 'xnnpack', '{}')"))  # fmt: skip
+            conn.execute(text("INSERT INTO jobs (id, cell_id, stage, queue, timeout_s, status, attempt, "
+                              f"created_at) VALUES (1, 1, 'lower', 'lower', 900, 'ok', 1, "
+                              f"{now})"))  # fmt: skip
+            conn.execute(text("INSERT INTO workers (name, queues, state, started_at, last_heartbeat) "
+                              f"VALUES ('cpu@old', '[\"lower\"]', 'online', {now}, {now})"))  # fmt: skip
+        command.upgrade(config, "0007")
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT id, stack FROM cells")).all() == [(1, "et-1.5.1")]
+            assert conn.scalar(text("SELECT count(*) FROM jobs")) == 1
+            assert conn.execute(text("SELECT stack, versions, memory_gb FROM workers")).all() == [
+                ("et-1.5.1", None, None)
+            ]
+            assert conn.scalar(text("SELECT memory_gb FROM jobs")) is None
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO cells (id, sweep_id, policy, backend, options, stack) "
+                              "VALUES (2, 1, 'act', 'xnnpack', '{}', 'et-1.4.1')"))  # fmt: skip
+        with pytest.raises(RuntimeError, match="sweeps 1 hold cells of more than one stack"):
+            command.downgrade(config, "0006")
+        with engine.connect() as conn:
+            assert conn.scalar(text("SELECT count(*) FROM cells")) == 2
+        with engine.begin() as conn:
+            conn.execute(text("DELETE FROM cells WHERE id = 2"))
+        command.downgrade(config, "0006")
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT id FROM cells")).all() == [(1,)]
+            assert conn.scalar(text("SELECT count(*) FROM jobs")) == 1
+    finally:
+        engine.dispose()
