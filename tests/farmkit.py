@@ -68,12 +68,18 @@ def recreate_database(name: str) -> str:
     return f"postgresql://postgres@127.0.0.1:5432/{name}"
 
 
+# How far each xdist worker's Redis databases sit below the kit's own (11-13): Redis has 16 databases,
+# so four workers fit (gw0 11-13, gw1 7-9, gw2 3-5, gw3 0-2).
+_BROKER_SHIFTS = (0, 4, 8, 11)
+
+
 def session_broker(database: int) -> str:
-    """The machine's Redis (6379) as a broker URL on ``database``, shifted down by 4 per xdist worker:
-    tests that flush their broker database never flush another worker's (databases 11-13 for gw0,
-    7-9 for gw1)."""
-    shifted = database - 4 * _xdist_worker()
-    assert shifted >= 0, f"no Redis database left for xdist worker {_xdist_worker()}"
+    """The machine's Redis (6379) as a broker URL on ``database``, shifted down per xdist worker
+    (``_BROKER_SHIFTS``): tests that flush their broker database never flush another worker's."""
+    worker = _xdist_worker()
+    assert worker < len(_BROKER_SHIFTS), f"no Redis database left for xdist worker {worker}"
+    shifted = database - _BROKER_SHIFTS[worker]
+    assert 0 <= shifted < 16, f"Redis database {shifted} of xdist worker {worker} does not exist"
     return f"redis://127.0.0.1:6379/{shifted}"
 
 
