@@ -18,6 +18,7 @@ from coverfarm import tracker
 from dashboard import views
 from dashboard.heatmap import heatmap
 from orchestrator.deps import SessionDep
+from orchestrator.devices.grid import device_inputs
 from orchestrator.inputs import Id, Offset
 from orchestrator.models import utcnow
 from orchestrator.reports import service as reports
@@ -125,7 +126,9 @@ def cell_details(
     partial: Annotated[bool, Query(description="only the details, for the grid's panel")] = False,
 ) -> HTMLResponse:
     stored = service.get_cell(session, cell_id)
-    details = views.details(service.cell_view(stored), cell_views.view_of(stored))
+    # The cell's device columns as the grid shows them: its runs on each device class of its sweep.
+    devices = device_inputs(session, [stored], stored.sweep.device_classes)[stored.id]
+    details = views.details(service.cell_view(stored), cell_views.view_of(stored, devices))
     page = "details.html" if partial else "cell.html"
     return templates.TemplateResponse(request, page, {"d": details, "now": utcnow()})
 
