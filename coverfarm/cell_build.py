@@ -13,8 +13,9 @@ from datetime import datetime
 
 from coverfarm import device_classes
 from coverfarm.baseline import BaselineResult, speedup
-from coverfarm.cell_view import CellView, Column, Kind, Latency, Share
+from coverfarm.cell_view import CellView, Column, Kind, Latency, OffRelease, Share
 from coverfarm.result import Options, ResultDocument, StageStatus, error_line
+from coverfarm.stacks import DEFAULT_STACK
 from gpu_runner.result import DeviceResult
 
 PENDING_STATES = ("queued", "running")  # job statuses (orchestrator.models.JobStatus) still to end
@@ -61,6 +62,12 @@ class Cell:
     doc: ResultDocument | None = None
     cpu: CpuJobs = field(default_factory=CpuJobs)
     devices: list[DeviceInput] = field(default_factory=list)
+    stack: str = DEFAULT_STACK
+
+    @property
+    def release(self) -> str | None:
+        """The stack's executorch, as the cell's result recorded it (worker.versions)."""
+        return self.doc.versions.get("executorch") if self.doc is not None else None
 
 
 def _number(value: float) -> str:
@@ -131,29 +138,39 @@ def _export(doc: ResultDocument, cpu: CpuJobs, command: str) -> Column:
     return Column(Kind.FAILED, cause=cause, since=since, command=command)
 
 
-def _run(device: DeviceInput) -> Column:
+def off_release(run: DeviceResult, release: str | None) -> OffRelease | None:
+    """The run's runtime when it is known and is not ``release`` (the stack's executorch), else None."""
+    identity = run.runtime_identity
+    if identity is None or identity.version is None or release is None or identity.version == release:
+        return None
+    return OffRelease(runtime=identity.version, release=release, note=identity.note)
+
+
+def _run(device: DeviceInput, release: str | None) -> Column:
     run, baseline = device.run, device.baseline
     assert run is not None
+    flag = off_release(run, release)
     if run.status != "ok":
         cause = run.failure.short_cause if run.failure else error_line(run.error)
-        return Column(Kind.FAILED, cause=cause or "failed")
+        return Column(Kind.FAILED, cause=cause or "failed", off_release=flag)
     latency = run.latency
     if latency is None:
-        return Column(Kind.VALUE, latency=Latency(None))
+        return Column(Kind.VALUE, latency=Latency(None), off_release=flag)
     if not latency.stable:
-        return Column(Kind.UNSTABLE, latency=Latency(latency.median_ms, cv=latency.cv))
+        return Column(Kind.UNSTABLE, latency=Latency(latency.median_ms, cv=latency.cv), off_release=flag)
     waits = baseline is None and device.baseline_waits
     # Only from two trusted measurements of one runner on one host (coverfarm.baseline.speedup).
     verdict = speedup(baseline, run, device.baseline_runner_id, device.run_runner_id)
     why = None if verdict.allowed or baseline is None else "no speed-up: " + "; ".join(verdict.reasons)
-    return Column(Kind.VALUE, latency=Latency(latency.median_ms, verdict.value, waits, latency.cv), cause=why)
+    timed = Latency(latency.median_ms, verdict.value, waits, latency.cv)
+    return Column(Kind.VALUE, latency=timed, cause=why, off_release=flag)
 
 
 def _device(cell: Cell, device: DeviceInput) -> Column:
     if device_classes.backend_of(device.device_class) != cell.backend:
         return Column(Kind.NOT_APPLICABLE, cause=f"{device.device_class} runs another backend")
     if device.run is not None:
-        return _run(device)
+        return _run(device, cell.release)
     job = device.job
     if job is None and not cell.cpu.pending:
         return Column(Kind.NOT_APPLICABLE, cause=NO_BUNDLE)
@@ -193,6 +210,8 @@ def _measured(cell: Cell, doc: ResultDocument, command: str) -> CellView:
         measured=True,
         command=command,
         reused_from=doc.reused_from,
+        stack=cell.stack,
+        release=cell.release,
     )
 
 
@@ -226,6 +245,7 @@ def build(cell: Cell) -> CellView:
         since=cpu.since,
         cancelled=cpu.cancelled,
         command=command,
+        stack=cell.stack,
     )
 
 

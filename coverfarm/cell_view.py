@@ -16,6 +16,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from coverfarm.result import ReusedFrom
+from coverfarm.stacks import DEFAULT_STACK
 
 
 class Kind(StrEnum):
@@ -54,6 +55,16 @@ class Latency:
 
 
 @dataclass(frozen=True)
+class OffRelease:
+    """A device run whose ExecuTorch runtime is not the release of the cell's stack (the executorch its
+    lower result recorded): a difference may then be the runtime's, not the release's."""
+
+    runtime: str  # the runtime's version (the wheel's, or the one declared for a native build)
+    release: str  # the stack's executorch
+    note: str | None = None  # the run's own account of its runtime and export (RuntimeIdentity.note)
+
+
+@dataclass(frozen=True)
 class Column:
     kind: Kind
     share: Share | None = None  # ops and heavy math
@@ -63,6 +74,7 @@ class Column:
     cause: str | None = None  # one line: why the column reads as it does
     since: datetime | None = None  # when what it waits for started (None: queued, or not waiting)
     command: str | None = None  # reproduces the column's value
+    off_release: OffRelease | None = None  # device columns: the run's runtime is not the stack's release
 
 
 @dataclass(frozen=True)
@@ -85,6 +97,8 @@ class CellView:
     measured: bool = False  # a result document is stored
     command: str = ""  # ``coverfarm analyze`` with the cell's options
     reused_from: ReusedFrom | None = None  # the stored result the cell reused (worker.reuse)
+    stack: str = DEFAULT_STACK  # the stack (coverfarm.stacks) the cell is measured with
+    release: str | None = None  # that stack's executorch, as its result recorded it
 
     @property
     def coverage(self) -> list[Column]:

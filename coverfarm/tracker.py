@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from coverfarm.cell_build import document_view
-from coverfarm.cell_view import CellView, Column, Kind, Latency
+from coverfarm.cell_view import CellView, Column, Kind, Latency, OffRelease
 from coverfarm.result import ResultDocument, ReusedFrom
 
 BACKEND_TITLES = {"vulkan": "Vulkan", "xnnpack": "XNNPACK"}
@@ -23,6 +23,7 @@ ABOUT = "~"  # a latency whose samples are not stable
 NOT_APPLICABLE = "-"
 NO_DEVICE = "no device"
 REUSED = "↺"  # the cell reused a stored result with its reuse key instead of lowering again
+OFF_RELEASE = "⚠"  # a device run whose runtime is not the release of the cell's stack
 
 # What a column of each kind means, where the kind alone explains it (the grid's tooltips).
 KIND_HINTS = {
@@ -107,8 +108,7 @@ def _latency_text(latency: Latency) -> str:
     return text
 
 
-def device_text(column: Column) -> str:
-    """A device cell: "✓ 12.3 ms (4.1×)", "~25 ms" (samples not stable), "❌ cause", "⏳", "no device"."""
+def _device_text(column: Column) -> str:
     if column.kind is Kind.VALUE and column.latency is not None:
         return _latency_text(column.latency)
     if column.kind is Kind.UNSTABLE and column.latency is not None and column.latency.median_ms is not None:
@@ -120,12 +120,35 @@ def device_text(column: Column) -> str:
     return _PLAIN[column.kind]
 
 
+def device_text(column: Column) -> str:
+    """A device cell: "✓ 12.3 ms (4.1×)", "~25 ms" (samples not stable), "❌ cause", "⏳", "no device";
+    "⚠ runtime 1.5.0" after it when the run's runtime is not the stack's release."""
+    text = _device_text(column)
+    if column.off_release is not None:
+        text += f" {off_release_label(column.off_release)}"
+    return text
+
+
+def off_release_label(flag: OffRelease) -> str:
+    return f"{OFF_RELEASE} runtime {flag.runtime}"
+
+
+def off_release_hint(flag: OffRelease) -> str:
+    """Why a device cell is flagged: "ExecuTorch runtime 1.5.0, not the stack's release 1.5.1"."""
+    return f"ExecuTorch runtime {flag.runtime}, not the stack's release {flag.release}"
+
+
 def device_hint(device_class: str, column: Column) -> str:
-    """A device column's tooltip: its class, and for a latency that is not stable its spread."""
+    """A device column's tooltip: its class, for a latency that is not stable its spread, and a
+    runtime that is not the stack's release."""
     latency = column.latency
+    hint = device_class
     if column.kind is Kind.UNSTABLE and latency is not None and latency.cv is not None:
-        return f"{device_class}: samples not stable (CV {latency.cv:.0%}), no speed-up"
-    return device_class
+        hint = f"{device_class}: samples not stable (CV {latency.cv:.0%}), no speed-up"
+    flag = column.off_release
+    if flag is not None:
+        hint = f"{hint}: {off_release_hint(flag)}" + (f" ({flag.note})" if flag.note else "")
+    return hint
 
 
 def coverage_texts(view: CellView) -> list[str]:

@@ -1,4 +1,5 @@
-"""HTTP for the grid: HTML pages, the heatmap SVG and the live fragments the page script swaps in.
+"""HTTP for the grid: HTML pages (the grid, of one stack or several side by side; a cell; the
+blockers), the heatmap SVG and the live fragments the page script swaps in.
 
 Every page reads through the same service functions as the REST API (orchestrator.sweeps.service and
 its public views), so the grid can never show something the API does not.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlencode
 
 import jinja2
 from fastapi import APIRouter, HTTPException, Query, Request
@@ -49,11 +51,28 @@ def _macros() -> Any:
     return _env.get_template("macros.html").make_module({"now": utcnow()})
 
 
-def _grid_context(session: SessionDep, sweep_id: int) -> dict[str, Any]:
+StacksQuery = Annotated[
+    list[str] | None, Query(description="the stacks to show, side by side when several (default: the first)")
+]
+
+
+def _grid_context(session: SessionDep, sweep_id: int, stack: list[str] | None = None) -> dict[str, Any]:
     stored = service.get(session, sweep_id)
+    chosen = list(dict.fromkeys(stack or []))
+    for name in chosen:
+        reports.check_stack(stored, name)
     sweep = service.sweep_view(stored)
-    grid = views.grid(sweep, cell_views.sweep_views(session, stored))
-    return {"sweep": sweep, "grid": grid, "heatmap": heatmap(grid), "progress": views.progress(sweep)}
+    cells = cell_views.sweep_views(session, stored)
+    shown = chosen or cell_views.sweep_stacks(stored)[:1]
+    grid = views.grid(sweep, cells, cell_views.release_order(stored, cells), shown)
+    query = f"?{urlencode([('stack', name) for name in chosen])}" if chosen else ""
+    return {
+        "sweep": sweep,
+        "grid": grid,
+        "heatmap": heatmap(grid),
+        "progress": views.progress(sweep),
+        "query": query,
+    }
 
 
 @router.get("/", response_class=HTMLResponse)
@@ -73,24 +92,26 @@ def index(request: Request, session: SessionDep, offset: Offset = 0) -> HTMLResp
 
 
 @router.get("/sweeps/{sweep_id:int}", response_class=HTMLResponse)
-def sweep_grid(request: Request, sweep_id: Id, session: SessionDep) -> HTMLResponse:
-    context = _grid_context(session, sweep_id)
+def sweep_grid(
+    request: Request, sweep_id: Id, session: SessionDep, stack: StacksQuery = None
+) -> HTMLResponse:
+    context = _grid_context(session, sweep_id, stack)
     return templates.TemplateResponse(request, "grid.html", {**context, "now": utcnow()})
 
 
 @router.get("/sweeps/{sweep_id:int}/heatmap.svg")
-def sweep_heatmap(sweep_id: Id, session: SessionDep) -> Response:
-    context = _grid_context(session, sweep_id)
+def sweep_heatmap(sweep_id: Id, session: SessionDep, stack: StacksQuery = None) -> Response:
+    context = _grid_context(session, sweep_id, stack)
     svg = _env.get_template("heatmap.svg").render(map=context["heatmap"], standalone=True)
     return Response(svg, media_type="image/svg+xml")
 
 
 @router.get("/sweeps/{sweep_id:int}/live.json")
-def sweep_live(sweep_id: Id, session: SessionDep) -> JSONResponse:
-    """What the page swaps in when events arrive or the stream comes back: each cell's columns as
-    the grid renders them, the progress count and the heatmap, all rendered here by the same
+def sweep_live(sweep_id: Id, session: SessionDep, stack: StacksQuery = None) -> JSONResponse:
+    """What the page swaps in when events arrive or the stream comes back: each shown cell's columns
+    as the grid renders them, the progress count and the heatmap, all rendered here by the same
     templates as the page (the script formats nothing itself)."""
-    context = _grid_context(session, sweep_id)
+    context = _grid_context(session, sweep_id, stack)
     macros = _macros()
     sweep = context["sweep"]
     return JSONResponse(
@@ -112,10 +133,13 @@ def sweep_blockers(
     sweep_id: Id,
     session: SessionDep,
     backend: Annotated[str | None, Query(description="only this backend")] = None,
+    stack: Annotated[str | None, Query(description="only this stack's cells")] = None,
 ) -> HTMLResponse:
     """The sweep's Known issues: blocker groups heaviest first, what-ifs, repros with their output."""
-    report = reports.blockers(service.get(session, sweep_id), backend)
-    return templates.TemplateResponse(request, "blockers.html", {"report": report, "now": utcnow()})
+    stored = service.get(session, sweep_id)
+    report = reports.blockers(stored, backend, stack)
+    context = {"report": report, "stacks": cell_views.sweep_stacks(stored), "now": utcnow()}
+    return templates.TemplateResponse(request, "blockers.html", context)
 
 
 @router.get("/cells/{cell_id:int}", response_class=HTMLResponse)
@@ -128,7 +152,8 @@ def cell_details(
     stored = service.get_cell(session, cell_id)
     # The cell's device columns as the grid shows them: its runs on each device class of its sweep.
     devices = device_inputs(session, [stored], stored.sweep.device_classes)[stored.id]
-    details = views.details(service.cell_view(stored), cell_views.view_of(stored, devices))
+    several = len(stored.sweep.stacks or []) > 1
+    details = views.details(service.cell_view(stored), cell_views.view_of(stored, devices), several)
     page = "details.html" if partial else "cell.html"
     return templates.TemplateResponse(request, page, {"d": details, "now": utcnow()})
 

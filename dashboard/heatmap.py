@@ -1,4 +1,5 @@
-"""The coverage heatmap: policies × backends, coloured by the share of heavy math on the backend.
+"""The coverage heatmap: policies × backends, coloured by the share of heavy math on the backend; when
+the grid compares stacks, a column per backend and stack, the stacks of a backend side by side.
 
 Rendered on the server as plain SVG (dashboard/templates/heatmap.svg), so it needs no script and no
 front-end build; each square links to its cell's details.
@@ -15,6 +16,7 @@ from dashboard.views import Grid, share_colour
 ROW_H = 18
 COL_W = 84
 HEAD_H = 24
+STACK_H = 14  # the line under a backend's title that names the stack, when stacks are compared
 LEGEND_H = 34
 CHAR_W = 7  # a 12 px sans-serif character, near enough to size the label column
 PAD = 6
@@ -43,6 +45,8 @@ class Heatmap:
     row_h: int
     head_h: int
     columns: list[tuple[int, str]]  # (x centre, backend title)
+    title_y: int  # the columns' titles' baseline
+    stacks: list[tuple[int, str]]  # (x centre, stack) under each column's title, when stacks are compared
     labels: list[tuple[int, str]]  # (y baseline, policy)
     squares: list[Square]
     legend_y: int
@@ -52,9 +56,13 @@ class Heatmap:
 
 def heatmap(grid: Grid) -> Heatmap:
     label_w = PAD + CHAR_W * max((len(policy) for policy in grid.policies), default=6)
+    head_h = HEAD_H + (STACK_H if grid.compare else 0)
+    columns = [(backend, stack) for backend in grid.backends for stack in grid.shown]
+    cells = {(cell.policy, cell.backend, cell.stack): cell for cell in grid.cells}
     squares: list[Square] = []
-    for row, (_policy, cells) in enumerate(grid.rows):
-        for col, cell in enumerate(cells):
+    for row, policy in enumerate(grid.policies):
+        for col, (backend, stack) in enumerate(columns):
+            cell = cells.get((policy, backend, stack))
             if cell is None:
                 continue
             if cell.heavy_share is not None:
@@ -68,28 +76,28 @@ def heatmap(grid: Grid) -> Heatmap:
             squares.append(
                 Square(
                     x=label_w + col * COL_W,
-                    y=HEAD_H + row * ROW_H,
+                    y=head_h + row * ROW_H,
                     fill=fill,
                     text=tracker.PENDING if cell.pending and cell.heavy_share is None else cell.heavy_text,
                     href=f"/cells/{cell.id}",
                     title=cell.summary,
                 )
             )
-    body_h = HEAD_H + ROW_H * len(grid.rows)
-    width = label_w + COL_W * max(len(grid.backends), 2) + 3 * PAD  # room for the legend's last label
+    body_h = head_h + ROW_H * len(grid.policies)
+    width = label_w + COL_W * max(len(columns), 2) + 3 * PAD  # room for the legend's last label
     legend_w = COL_W * 2
+    centres = [label_w + i * COL_W + COL_W // 2 for i in range(len(columns))]
     return Heatmap(
         width=width,
         height=body_h + LEGEND_H,
         label_w=label_w,
         col_w=COL_W,
         row_h=ROW_H,
-        head_h=HEAD_H,
-        columns=[
-            (label_w + i * COL_W + COL_W // 2, tracker.backend_title(backend))
-            for i, backend in enumerate(grid.backends)
-        ],
-        labels=[(HEAD_H + i * ROW_H + ROW_H - 5, policy) for i, policy in enumerate(grid.policies)],
+        head_h=head_h,
+        columns=[(x, tracker.backend_title(b)) for x, (b, _) in zip(centres, columns, strict=True)],
+        title_y=head_h - 8 - (STACK_H if grid.compare else 0),
+        stacks=[(x, s) for x, (_, s) in zip(centres, columns, strict=True)] if grid.compare else [],
+        labels=[(head_h + i * ROW_H + ROW_H - 5, policy) for i, policy in enumerate(grid.policies)],
         squares=squares,
         legend_y=body_h + 8,
         legend=[(label_w + round(legend_w * f), f"{round(100 * f)}%") for f in (0, 0.5, 1)],

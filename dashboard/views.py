@@ -12,6 +12,7 @@ from datetime import datetime
 from coverfarm import tracker
 from coverfarm.cell_view import CellView, Column, Kind
 from coverfarm.result import ResultDocument, StageResult
+from coverfarm.stacks import DEFAULT_STACK
 from orchestrator.sweeps.schemas import CellPublic, SweepPublic, SweepSummary
 
 DEVICE_COLUMN = "Device runs"
@@ -101,6 +102,7 @@ class Field:
     hint: str | None = None  # tooltip
     since: datetime | None = None  # ⏳ clock start: the page counts up from here
     kind: Kind = Kind.VALUE
+    flagged: bool = False  # a device run whose runtime is not the stack's release (outlined)
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,7 @@ class GridCell:
     id: int
     policy: str
     backend: str
+    stack: str
     state: str
     pending: bool
     fields: list[Field]
@@ -131,10 +134,21 @@ def device_field(view: CellView) -> Field:
     kinds = {column.kind for column in view.devices.values()}
     kind = next((kind for kind in DEVICE_TONE_ORDER if kind in kinds), Kind.NOT_APPLICABLE)
     hint = ", ".join(tracker.device_hint(name, column) for name, column in view.devices.items())
-    return Field(shown, KIND_TONES[kind], None, hint, None, kind)
+    flagged = any(column.off_release is not None for column in view.devices.values())
+    return Field(shown, KIND_TONES[kind], None, hint, None, kind, flagged)
 
 
-def grid_cell(cell: CellPublic, view: CellView) -> GridCell:
+def device_class_field(device_class: str, column: Column) -> Field:
+    """One device class's column of a cell, on its own (the progress view has a column per class)."""
+    hint = tracker.device_hint(device_class, column)
+    tone = KIND_TONES[column.kind]
+    return Field(
+        tracker.device_text(column), tone, None, hint, None, column.kind, column.off_release is not None
+    )
+
+
+def coverage_fields(view: CellView) -> list[Field]:
+    """The four coverage columns of a cell as the grid shows them."""
     texts = tracker.coverage_texts(view)
     fields = [_field(column, text) for column, text in zip(view.coverage, texts, strict=True)]
     if view.rerun:
@@ -147,7 +161,11 @@ def grid_cell(cell: CellPublic, view: CellView) -> GridCell:
         export = fields[-1]
         hint = "; ".join(filter(None, [tracker.reused_label(view.reused_from), export.hint]))
         fields[-1] = Field(export.text, export.tone, export.share, hint, export.since, export.kind)
-    fields.append(device_field(view))
+    return fields
+
+
+def grid_cell(cell: CellPublic, view: CellView) -> GridCell:
+    fields = [*coverage_fields(view), device_field(view)]
     title = tracker.backend_title(cell.backend)
     columns = backend_columns(cell.backend)
     summary = f"{cell.policy} on {title}: " + "; ".join(
@@ -157,6 +175,7 @@ def grid_cell(cell: CellPublic, view: CellView) -> GridCell:
         id=cell.id,
         policy=cell.policy,
         backend=cell.backend,
+        stack=cell.stack,
         state=cell.state.value,
         pending=cell.pending,
         fields=fields,
@@ -168,19 +187,57 @@ def grid_cell(cell: CellPublic, view: CellView) -> GridCell:
 
 
 @dataclass(frozen=True)
+class GridRow:
+    policy: str
+    cells: list[GridCell | None]  # one per backend (None: not in the sweep)
+    stack: str  # the stack of the row's cells
+    span: int = 1  # rows the policy's header spans: the stacks compared (0: the row above has it)
+
+
+@dataclass(frozen=True)
 class Grid:
     sweep: SweepPublic
     backends: list[str]
     policies: list[str]
-    rows: list[tuple[str, list[GridCell | None]]]  # per policy, one cell per backend (None: not in sweep)
-    cells: list[GridCell] = field(default_factory=list)
+    rows: list[GridRow]  # per policy, and per stack shown under it when stacks are compared
+    cells: list[GridCell] = field(default_factory=list)  # the cells shown
+    stacks: list[str] = field(default_factory=list)  # the sweep's, oldest release first
+    shown: list[str] = field(default_factory=list)  # the stacks shown: one, or several side by side
+
+    @property
+    def compare(self) -> bool:
+        return len(self.shown) > 1
+
+    @property
+    def flagged(self) -> bool:
+        """Whether a cell shown has a device run whose runtime is not its stack's release."""
+        return any(field_.flagged for cell in self.cells for field_ in cell.fields)
 
 
-def grid(sweep: SweepPublic, views: dict[int, CellView]) -> Grid:
-    """``views``: the sweep's cell views by cell id (orchestrator.sweeps.cell_views.sweep_views)."""
-    cells = {(cell.policy, cell.backend): grid_cell(cell, views[cell.id]) for cell in sweep.cells}
-    rows = [(p, [cells.get((p, backend)) for backend in sweep.backends]) for p in sweep.policies]
-    return Grid(sweep, sweep.backends, sweep.policies, rows, list(cells.values()))
+def grid(
+    sweep: SweepPublic,
+    views: dict[int, CellView],
+    stacks: list[str] | None = None,
+    shown: list[str] | None = None,
+) -> Grid:
+    """``views``: the sweep's cell views by cell id (orchestrator.sweeps.cell_views.sweep_views);
+    ``stacks``: the sweep's (orchestrator.sweeps.cell_views.release_order); ``shown``: those to show,
+    one under the other per policy when there are several (default: the first stack's cells)."""
+    stacks = stacks or list(dict.fromkeys(cell.stack for cell in sweep.cells)) or [DEFAULT_STACK]
+    shown = shown or stacks[:1]
+    cells = {
+        (cell.policy, cell.backend, cell.stack): grid_cell(cell, views[cell.id])
+        for cell in sweep.cells
+        if cell.stack in shown
+    }
+    rows = [
+        GridRow(
+            p, [cells.get((p, backend, stack)) for backend in sweep.backends], stack, 0 if i else len(shown)
+        )
+        for p in sweep.policies
+        for i, stack in enumerate(shown)
+    ]
+    return Grid(sweep, sweep.backends, sweep.policies, rows, list(cells.values()), stacks, shown)
 
 
 def progress(summary: SweepSummary) -> list[tuple[str, int]]:
@@ -215,9 +272,10 @@ class Details:
     blockers: list[BlockerRow]
     cause: str | None
     repro: str
+    stack: str | None = None  # the cell's stack, where its sweep has several
 
 
-def details(cell: CellPublic, view: CellView) -> Details:
+def details(cell: CellPublic, view: CellView, several_stacks: bool = False) -> Details:
     doc = cell.result.document if cell.result is not None else None
     stages: list[Stage] = []
     blockers: list[BlockerRow] = []
@@ -232,4 +290,5 @@ def details(cell: CellPublic, view: CellView) -> Details:
         ]
     # A cancelled cell's details say so in their own words; they have no error to show.
     cause = view.cause if view.measured or not view.cancelled else None
-    return Details(cell, grid_cell(cell, view), doc, stages, blockers, cause, view.command)
+    stack = cell.stack if several_stacks else None
+    return Details(cell, grid_cell(cell, view), doc, stages, blockers, cause, view.command, stack)

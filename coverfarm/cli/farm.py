@@ -89,9 +89,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     report.add_argument("id", type=int)
     report.add_argument("--backend", help="only this backend's body (e.g. vulkan)")
     report.set_defaults(func=run_report)
-    diff = sweep.add_parser("diff", help="what changed from sweep A to sweep B: cells, numbers, blockers")
-    diff.add_argument("a", type=int)
-    diff.add_argument("b", type=int)
+    report.add_argument("--stack", help="only this stack's bodies (a sweep of several stacks has one each)")
+    diff = sweep.add_parser(
+        "diff",
+        help="what changed from sweep A to sweep B: cells, numbers, blockers",
+        description="SWEEP[:STACK] each side: `diff 7:et-1.4.1 7:et-1.5.1` compares two stacks of sweep 7; "
+        "without a stack, cells pair with the same stack's of the other sweep",
+    )
+    diff.add_argument("a", metavar="A[:STACK]")
+    diff.add_argument("b", metavar="B[:STACK]")
     diff.add_argument("--json", action="store_true", help="print the diff as JSON")
     diff.set_defaults(func=run_diff)
     for parser in (submit, status, report, diff):
@@ -307,15 +313,25 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    params = {"backend": args.backend} if args.backend else {}
+    params = {name: value for name in ("backend", "stack") if (value := getattr(args, name, None))}
     print(_request("GET", f"{args.url.rstrip('/')}/api/sweeps/{args.id}/report.md", params=params).text)
     return 0
 
 
+def _side(text: str) -> tuple[int, str | None]:
+    """``SWEEP[:STACK]``: a sweep id and, perhaps, one of its stacks."""
+    sweep, colon, stack = text.partition(":")
+    if not sweep.isdigit() or int(sweep) < 1 or (colon and not stack):
+        raise UserError(f"{text!r} is not SWEEP[:STACK] (a sweep id, then perhaps ':' and a stack's name)")
+    return int(sweep), stack or None
+
+
 def run_diff(args: argparse.Namespace) -> int:
-    url = f"{args.url.rstrip('/')}/api/sweeps/{args.a}/diff/{args.b}"
+    (a, stack_a), (b, stack_b) = _side(args.a), _side(args.b)
+    url = f"{args.url.rstrip('/')}/api/sweeps/{a}/diff/{b}"
+    params = {name: value for name, value in (("stack_a", stack_a), ("stack_b", stack_b)) if value}
     if args.json:
-        print(json.dumps(_request("GET", url).json(), indent=2))
+        print(json.dumps(_request("GET", url, params=params).json(), indent=2))
     else:
-        print(_request("GET", f"{url}.md").text, end="")
+        print(_request("GET", f"{url}.md", params=params).text, end="")
     return 0

@@ -10,39 +10,42 @@ from sqlalchemy.orm import Session
 from coverfarm import runtime_repros
 from gpu_runner.result import short_message
 from orchestrator.devices.grid import baselines, runs
-from orchestrator.models import Sweep
+from orchestrator.models import Cell, Sweep
 
-# (policy, backend) -> {device class: latency samples in ms}
-Samples = dict[tuple[str, str], dict[str, list[float]]]
+# cell id -> {device class: latency samples in ms}
+Samples = dict[int, dict[str, list[float]]]
 
 
 def device_samples(session: Session, sweep: Sweep) -> Samples:
     """The latency samples of every successful device run of the sweep's cells."""
-    by_id = {cell.id: cell for cell in sweep.cells}
     found: Samples = {}
     for (cell_id, device_class), run in runs(session, sweep.cells).items():
         if run.status == "ok" and run.latency is not None and run.latency.samples_ms:
-            cell = by_id[cell_id]
-            found.setdefault((cell.policy, cell.backend), {})[device_class] = list(run.latency.samples_ms)
+            found.setdefault(cell_id, {})[device_class] = list(run.latency.samples_ms)
     return found
 
 
-def device_runtimes(session: Session, sweep: Sweep, backend: str) -> list[str]:
-    """One line per device class that ran the backend's bundles: the board and the runtime build its
-    runner probed (ExecuTorch version and registered backends, the native runner when configured), and
-    the torch build and threads of the eager baseline the speed-ups divide."""
-    by_id = {cell.id: cell for cell in sweep.cells}
+def _cells(sweep: Sweep, backend: str, stack: str | None) -> list[Cell]:
+    return [cell for cell in sweep.cells if cell.backend == backend and stack in (None, cell.stack)]
+
+
+def device_runtimes(session: Session, sweep: Sweep, backend: str, stack: str | None = None) -> list[str]:
+    """One line per device class that ran the backend's bundles (of one stack's cells, when given): the
+    board and the runtime build its runner probed (ExecuTorch version and registered backends, the
+    native runner when configured), and the torch build and threads of the eager baseline the speed-ups
+    divide."""
+    cells = _cells(sweep, backend, stack)
     eager: dict[str, str] = {}
-    for (cell_id, device_class), baseline in baselines(session, sweep.cells).items():
-        if baseline.status == "ok" and by_id[cell_id].backend == backend:
+    for (_, device_class), baseline in baselines(session, cells).items():
+        if baseline.status == "ok":
             eager.setdefault(
                 device_class,
                 f"eager baseline: PyTorch {baseline.torch_version} on "
                 f"{baseline.threads} CPU threads of a {device_class} host",
             )
     lines: dict[str, str] = {}
-    for (cell_id, device_class), run in runs(session, sweep.cells).items():
-        if by_id[cell_id].backend != backend or device_class in lines:
+    for (_, device_class), run in runs(session, cells).items():
+        if device_class in lines:
             continue
         probe = run.probe
         board = probe.board if probe is not None else None
@@ -75,13 +78,16 @@ class RuntimeIssue:
     repro: str | None
 
 
-def runtime_issues(session: Session, sweep: Sweep, backend: str) -> list[RuntimeIssue]:
-    by_id = {cell.id: cell for cell in sweep.cells}
+def runtime_issues(
+    session: Session, sweep: Sweep, backend: str, stack: str | None = None
+) -> list[RuntimeIssue]:
+    cells = _cells(sweep, backend, stack)
+    by_id = {cell.id: cell for cell in cells}
     found: dict[tuple[str, str], RuntimeIssue] = {}
-    for (cell_id, device_class), run in sorted(runs(session, sweep.cells).items()):
+    for (cell_id, device_class), run in sorted(runs(session, cells).items()):
         failure = run.failure
         cell = by_id[cell_id]
-        if cell.backend != backend or failure is None or failure.message is None:
+        if failure is None or failure.message is None:
             continue
         if failure.kind not in ("refused_at_load", "crashed"):
             continue

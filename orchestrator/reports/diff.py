@@ -20,7 +20,10 @@ from orchestrator.reports.schemas import CellChange, GroupKey, LatencyChange, Sw
 from orchestrator.sweeps.cell_views import latest_document
 from orchestrator.sweeps.service import cell_state
 
-Runs = dict[tuple[str, str], dict[str, tuple[Cell, DeviceRun]]]
+Runs = dict[int, dict[str, tuple[Cell, DeviceRun]]]  # cell id -> {device class: its cell and run}
+# What pairs a cell of one side with a cell of the other: (policy, backend, stack), the stack None when
+# each side chose one stack (so a cell pairs with the same policy and backend of the other stack).
+Pair = tuple[str, str, str | None]
 
 
 def _cell_values(cell: Cell, doc: ResultDocument | None) -> dict[str, str | None]:
@@ -39,18 +42,42 @@ def _cell_values(cell: Cell, doc: ResultDocument | None) -> dict[str, str | None
     return values
 
 
-def _groups(docs: Iterable[ResultDocument]) -> dict[tuple[str, str, str], GroupKey]:
-    found: dict[tuple[str, str, str], GroupKey] = {}
-    for doc in docs:
+GroupId = tuple[str, str | None, str, str]  # (backend, stack, op, reason)
+
+
+def _groups(docs: Iterable[tuple[ResultDocument, str | None]]) -> dict[GroupId, GroupKey]:
+    """Blocker groups per (backend, op, reason) over (document, stack) pairs, kept apart per stack when
+    the stack is given (None: the documents' stacks are not told apart)."""
+    found: dict[GroupId, GroupKey] = {}
+    for doc, stack in docs:
         for blocker in doc.blockers:
-            key = (doc.backend, blocker.op, blocker.reason)
+            key = (doc.backend, stack, blocker.op, blocker.reason)
             group = found.setdefault(
-                key, GroupKey(backend=key[0], op=key[1], reason=key[2], policies=[], nodes=0, macs=0)
-            )
+                key,
+                GroupKey(
+                    backend=doc.backend, op=blocker.op, reason=blocker.reason, policies=[], nodes=0, macs=0,
+                    stack=stack,
+                ),
+            )  # fmt: skip
             group.policies.append(doc.policy)
             group.nodes += blocker.count
             group.macs += blocker.macs
     return found
+
+
+def _sort(key: GroupId) -> tuple[str, str, str, str]:
+    return (key[0], key[1] or "", key[2], key[3])
+
+
+def group_changes(
+    before: Iterable[tuple[ResultDocument, str | None]], after: Iterable[tuple[ResultDocument, str | None]]
+) -> tuple[list[GroupKey], list[GroupKey]]:
+    """(appeared, vanished): the blocker groups of ``after`` that ``before`` lacks, and the other way."""
+    groups_a, groups_b = _groups(before), _groups(after)
+    return (
+        [groups_b[key] for key in sorted(groups_b.keys() - groups_a.keys(), key=_sort)],
+        [groups_a[key] for key in sorted(groups_a.keys() - groups_b.keys(), key=_sort)],
+    )
 
 
 def _runs(session: Session | None, sweep: Sweep) -> Runs:
@@ -60,73 +87,104 @@ def _runs(session: Session | None, sweep: Sweep) -> Runs:
     found: Runs = {}
     for run in repository.runs_of_cells(session, list(by_id)):
         if run.status == "ok":
-            cell = by_id[run.cell_id]
-            found.setdefault((cell.policy, cell.backend), {})[run.device_class] = (cell, run)
+            found.setdefault(run.cell_id, {})[run.device_class] = (by_id[run.cell_id], run)
     return found
 
 
-def _previous(
-    session: Session | None, runs: Runs, key: tuple[str, str], device_class: str
-) -> history.Timed | None:
+def _previous(session: Session | None, runs: Runs, cell: Cell, device_class: str) -> history.Timed | None:
     """The same cell's sweep before this one (its options, class and stack), when there is one."""
-    found = runs.get(key, {}).get(device_class)
+    found = runs.get(cell.id, {}).get(device_class)
     if session is None or found is None:
         return None
     earlier = history.previous(session, *found)
     return history.timed(*earlier) if earlier is not None else None
 
 
+def _side(sweep: Sweep, stack: str | None) -> dict[Pair, Cell]:
+    """The sweep's cells by what pairs them: of ``stack`` alone when one is chosen."""
+    if stack is not None:
+        return {(cell.policy, cell.backend, None): cell for cell in sweep.cells if cell.stack == stack}
+    return {(cell.policy, cell.backend, cell.stack): cell for cell in sweep.cells}
+
+
+def _order(pair: Pair) -> tuple[str, str, str]:
+    return (pair[0], pair[1], pair[2] or "")
+
+
+def _label(pair: Pair, with_stack: bool) -> str:
+    policy, backend, stack = pair
+    return f"{policy}/{backend}" + (f" ({stack})" if with_stack and stack is not None else "")
+
+
 def diff_sweeps(
-    a: Sweep, b: Sweep, samples_a: Samples | None = None, samples_b: Samples | None = None
+    a: Sweep,
+    b: Sweep,
+    samples_a: Samples | None = None,
+    samples_b: Samples | None = None,
+    stack_a: str | None = None,
+    stack_b: str | None = None,
 ) -> SweepDiff:
-    """``samples_*``: (policy, backend) -> {device class: samples}; the sweep before ``b`` of each cell is
+    """Sweep ``b`` against sweep ``a`` (which may be the same sweep). ``stack_a`` and ``stack_b`` choose
+    one stack of each side, and the cells of the one pair with the same policy and backend of the other;
+    one given alone chooses the same stack on both sides; with neither, cells pair by policy, backend
+    and stack. ``samples_*``: cell id -> {device class: samples}; the sweep before ``b`` of each cell is
     looked up in ``b``'s session, so a latency change counts only once it holds in two consecutive
     sweeps of the same cell."""
+    stack_a, stack_b = stack_a or stack_b, stack_b or stack_a
     session = object_session(b)
     runs_b = _runs(session, b)
-    cells_a = {(cell.policy, cell.backend): cell for cell in a.cells}
-    cells_b = {(cell.policy, cell.backend): cell for cell in b.cells}
+    cells_a, cells_b = _side(a, stack_a), _side(b, stack_b)
+    stacks = list(dict.fromkeys(pair[2] for pair in [*cells_a, *cells_b] if pair[2] is not None))
+    with_stack = len(stacks) > 1
     docs_a = {key: latest_document(cell) for key, cell in cells_a.items()}
     docs_b = {key: latest_document(cell) for key, cell in cells_b.items()}
     changed = []
-    for key in sorted(cells_a.keys() & cells_b.keys()):
-        before = _cell_values(cells_a[key], docs_a[key])
-        after = _cell_values(cells_b[key], docs_b[key])
+    for key in sorted(cells_a.keys() & cells_b.keys(), key=_order):
+        cell_a, cell_b = cells_a[key], cells_b[key]
+        before = _cell_values(cell_a, docs_a[key])
+        after = _cell_values(cell_b, docs_b[key])
         changes = {
             name: [before.get(name), after.get(name)]
             for name in dict.fromkeys([*before, *after])
             if before.get(name) != after.get(name)
         }
+        by_class_a = (samples_a or {}).get(cell_a.id, {})
+        by_class_b = (samples_b or {}).get(cell_b.id, {})
         latency = []
-        for device_class in sorted(
-            (samples_a or {}).get(key, {}).keys() & (samples_b or {}).get(key, {}).keys()
-        ):
-            timed_a = history.Timed(a.id, (samples_a or {})[key][device_class])
-            timed_b = history.Timed(b.id, (samples_b or {})[key][device_class])
-            before_b = _previous(session, runs_b, key, device_class)
+        for device_class in sorted(by_class_a.keys() & by_class_b.keys()):
+            timed_a = history.Timed(a.id, by_class_a[device_class])
+            timed_b = history.Timed(b.id, by_class_b[device_class])
+            before_b = _previous(session, runs_b, cell_b, device_class)
             latency.append(counted(device_class, timed_a, timed_b, before_b))
         # A change beyond the spread in one sweep only is listed, not counted (flagged false).
         if changes or any(change.beyond_spread for change in latency):
-            changed.append(CellChange(policy=key[0], backend=key[1], changes=changes, latency=latency))
-    groups_a = _groups(doc for doc in docs_a.values() if doc is not None)
-    groups_b = _groups(doc for doc in docs_b.values() if doc is not None)
+            changed.append(
+                CellChange(policy=key[0], backend=key[1], stack=key[2], changes=changes, latency=latency)
+            )
+    appeared, vanished = group_changes(
+        ((doc, key[2]) for key, doc in docs_a.items() if doc is not None),
+        ((doc, key[2]) for key, doc in docs_b.items() if doc is not None),
+    )
     return SweepDiff(
         a=a.id,
         b=b.id,
+        stack_a=stack_a,
+        stack_b=stack_b,
+        stacks=stacks,
         changed=changed,
-        only_in_a=[f"{p}/{k}" for p, k in sorted(cells_a.keys() - cells_b.keys())],
-        only_in_b=[f"{p}/{k}" for p, k in sorted(cells_b.keys() - cells_a.keys())],
-        blockers_appeared=[groups_b[k] for k in sorted(groups_b.keys() - groups_a.keys())],
-        blockers_vanished=[groups_a[k] for k in sorted(groups_a.keys() - groups_b.keys())],
+        only_in_a=[_label(key, with_stack) for key in sorted(cells_a.keys() - cells_b.keys(), key=_order)],
+        only_in_b=[_label(key, with_stack) for key in sorted(cells_b.keys() - cells_a.keys(), key=_order)],
+        blockers_appeared=appeared,
+        blockers_vanished=vanished,
     )
 
 
-def latency_flags(session: Session, sweep: Sweep) -> dict[tuple[str, str], dict[str, LatencyChange]]:
-    """(policy, backend) -> {device class: the change of this sweep's run}, for every run that has two
-    earlier sweeps of the same cell: this sweep and the one before it, both against the one before
-    that (the reference). ``flagged`` marks a change that counts; ``regression`` one that is slower."""
-    flags: dict[tuple[str, str], dict[str, LatencyChange]] = {}
-    for key, by_class in _runs(session, sweep).items():
+def latency_flags(session: Session, sweep: Sweep) -> dict[int, dict[str, LatencyChange]]:
+    """Cell id -> {device class: the change of this sweep's run}, for every run that has two earlier
+    sweeps of the same cell: this sweep and the one before it, both against the one before that (the
+    reference). ``flagged`` marks a change that counts; ``regression`` one that is slower."""
+    flags: dict[int, dict[str, LatencyChange]] = {}
+    for cell_id, by_class in _runs(session, sweep).items():
         for device_class, (cell, run) in by_class.items():
             previous = history.previous(session, cell, run)
             reference = history.previous(session, *previous) if previous is not None else None
@@ -135,13 +193,20 @@ def latency_flags(session: Session, sweep: Sweep) -> dict[tuple[str, str], dict[
             change = counted(
                 device_class, history.timed(*reference), history.timed(cell, run), history.timed(*previous)
             )
-            flags.setdefault(key, {})[device_class] = change
+            flags.setdefault(cell_id, {})[device_class] = change
     return flags
 
 
+def _side_title(sweep_id: int, stack: str | None) -> str:
+    return f"sweep {sweep_id}" + (f" ({stack})" if stack is not None else "")
+
+
 def diff_markdown(diff: SweepDiff) -> str:
-    """The diff as the CLI prints it."""
-    lines = [f"Sweep {diff.a} → sweep {diff.b}"]
+    """The diff as the CLI prints it. Cells and groups name their stack where the diff pairs more than
+    one; a diff that chose a stack on each side names them in its first line."""
+    with_stack = len(diff.stacks) > 1
+    first = _side_title(diff.a, diff.stack_a)
+    lines = [f"{first[0].upper()}{first[1:]} → {_side_title(diff.b, diff.stack_b)}"]
     if not (
         diff.changed or diff.only_in_a or diff.only_in_b or diff.blockers_appeared or diff.blockers_vanished
     ):
@@ -149,7 +214,8 @@ def diff_markdown(diff: SweepDiff) -> str:
     if diff.changed:
         lines += ["", "Changed cells:"]
         for cell in diff.changed:
-            lines.append(f"- {cell.policy} on {tracker.backend_title(cell.backend)}")
+            where = f" ({cell.stack})" if with_stack and cell.stack is not None else ""
+            lines.append(f"- {cell.policy} on {tracker.backend_title(cell.backend)}{where}")
             for name, (before, after) in cell.changes.items():
                 lines.append(f"    {name}: {before or '-'} → {after or '-'}")
             for change in cell.latency:
@@ -158,16 +224,19 @@ def diff_markdown(diff: SweepDiff) -> str:
                     f"    {change.device_class} latency {change.median_a_ms} → {change.median_b_ms} ms: "
                     f"{mark}, {change.why}"
                 )
-    for label, cells in (("Only in sweep", diff.only_in_a), ("Only in sweep", diff.only_in_b)):
+    for cells, sweep_id, stack in (
+        (diff.only_in_a, diff.a, diff.stack_a),
+        (diff.only_in_b, diff.b, diff.stack_b),
+    ):
         if cells:
-            which = diff.a if cells is diff.only_in_a else diff.b
-            lines += ["", f"{label} {which}: {', '.join(cells)}"]
+            lines += ["", f"Only in {_side_title(sweep_id, stack)}: {', '.join(cells)}"]
     for label, groups in (("Blocker groups that appeared", diff.blockers_appeared),
                           ("Blocker groups that vanished", diff.blockers_vanished)):  # fmt: skip
         if groups:
             lines += ["", f"{label}:"]
             lines += [
-                f"- {tracker.backend_title(g.backend)}: {g.op} ({g.reason}) in {', '.join(g.policies)}"
+                f"- {tracker.backend_title(g.backend)}{f' ({g.stack})' if with_stack and g.stack else ''}: "
+                f"{g.op} ({g.reason}) in {', '.join(g.policies)}"
                 for g in groups
             ]
     return "\n".join(lines)

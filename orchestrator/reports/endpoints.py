@@ -1,5 +1,5 @@
-"""HTTP for reports: a sweep's blocker groups with what-if estimates, and the diff of two sweeps.
-The tracker body itself (report.md) is served with the sweep's other views."""
+"""HTTP for reports: a sweep's blocker groups with what-if estimates, and the diff of two sweeps (or two
+stacks). The tracker body itself (report.md) is served with the sweep's other views."""
 
 from __future__ import annotations
 
@@ -18,13 +18,18 @@ from orchestrator.sweeps import service as sweeps
 router = APIRouter(tags=["reports"])
 
 BackendQuery = Annotated[str | None, Query(description="only this backend's cells")]
+StackQuery = Annotated[str | None, Query(description="only this stack's cells")]
+StackA = Annotated[str | None, Query(description="sweep a's stack (alone: the same stack of both sweeps)")]
+StackB = Annotated[str | None, Query(description="sweep b's stack (alone: the same stack of both sweeps)")]
 
 
 @router.get("/sweeps/{sweep_id:int}/blockers", responses=responses(404))
-def sweep_blockers(sweep_id: Id, session: SessionDep, backend: BackendQuery = None) -> BlockersReport:
+def sweep_blockers(
+    sweep_id: Id, session: SessionDep, backend: BackendQuery = None, stack: StackQuery = None
+) -> BlockersReport:
     """Blocker groups per (backend, op, reason) over the sweep's stored results, heaviest first, with
     the policies each hits and what-if estimates per group and per reason."""
-    return service.blockers(sweeps.get(session, sweep_id), backend)
+    return service.blockers(sweeps.get(session, sweep_id), backend, stack)
 
 
 @router.get(
@@ -32,14 +37,20 @@ def sweep_blockers(sweep_id: Id, session: SessionDep, backend: BackendQuery = No
     response_class=Response,
     responses={**responses(404), **MARKDOWN},
 )
-def sweep_diff_markdown(a: Id, b: Id, session: SessionDep) -> PlainTextResponse:
-    text = service.diff_text(service.diff(session, sweeps.get(session, a), sweeps.get(session, b)))
-    return PlainTextResponse(text + "\n", media_type="text/markdown; charset=utf-8")
+def sweep_diff_markdown(
+    a: Id, b: Id, session: SessionDep, stack_a: StackA = None, stack_b: StackB = None
+) -> PlainTextResponse:
+    diff = service.diff(session, sweeps.get(session, a), sweeps.get(session, b), stack_a, stack_b)
+    return PlainTextResponse(service.diff_text(diff) + "\n", media_type="text/markdown; charset=utf-8")
 
 
 # After the .md route: Starlette tries routes in order and {b} would match "3.md".
 @router.get("/sweeps/{a:int}/diff/{b:int}", responses=responses(404))
-def sweep_diff(a: Id, b: Id, session: SessionDep) -> SweepDiff:
+def sweep_diff(
+    a: Id, b: Id, session: SessionDep, stack_a: StackA = None, stack_b: StackB = None
+) -> SweepDiff:
     """Cells of sweep ``b`` whose numbers or states differ from sweep ``a``, blocker groups that
-    appeared or vanished, and device latency changes beyond the runs' own spread."""
-    return service.diff(session, sweeps.get(session, a), sweeps.get(session, b))
+    appeared or vanished, and device latency changes beyond the runs' own spread. ``stack_a`` and
+    ``stack_b`` choose one stack of each sweep (``a`` and ``b`` may be the same sweep); without them,
+    cells pair with the same stack's."""
+    return service.diff(session, sweeps.get(session, a), sweeps.get(session, b), stack_a, stack_b)

@@ -1,6 +1,7 @@
 """A device cell's history across sweeps: the same cell is the same policy, backend, options (the stage
-bound aside), device class and stack (the engine's versions that made the bundle, the runtime that ran
-it), and its previous sweep is the latest earlier sweep with a successful run of that same cell."""
+bound aside), device class and stack (the cell's named stack, the engine's versions that made the
+bundle, the runtime that ran it), and its previous sweep is the latest earlier sweep with a successful
+run of that same cell."""
 
 from __future__ import annotations
 
@@ -44,7 +45,9 @@ def stack(cell: Cell, run: DeviceRun) -> dict[str, Any]:
 def key(cell: Cell, run: DeviceRun) -> str:
     options = {name: value for name, value in (cell.options or {}).items() if name != "timeout_s"}
     return json.dumps(
-        [cell.policy, cell.backend, options, run.device_class, stack(cell, run)], sort_keys=True, default=str
+        [cell.policy, cell.backend, options, run.device_class, cell.stack, stack(cell, run)],
+        sort_keys=True,
+        default=str,
     )
 
 

@@ -64,6 +64,7 @@ class ReasonWhatIf(BaseModel):
 class BlockersReport(BaseModel):
     sweep_id: int
     backend: str | None
+    stack: str | None = None  # the stack whose cells it reads (None: every stack of the sweep)
     policies: list[str]
     groups: list[BlockerGroup]
     by_reason: list[ReasonWhatIf]
@@ -90,6 +91,7 @@ class LatencyChange(BaseModel):
 class CellChange(BaseModel):
     policy: str
     backend: str
+    stack: str | None = None  # the stack of both cells; None when the diff chose one stack on each side
     changes: dict[str, list[str | None]]  # column or state -> [in a, in b]
     latency: list[LatencyChange] = []
 
@@ -98,16 +100,25 @@ class GroupKey(BaseModel):
     backend: str
     op: str
     reason: str
+    stack: str | None = None  # the stack whose cells have it; None when the diff chose one on each side
     policies: list[str]
     nodes: int
     macs: int
 
 
 class SweepDiff(BaseModel):
+    """Sweep ``b`` against sweep ``a`` (perhaps the same sweep), of one stack each (``stack_a``,
+    ``stack_b``) or pairing cells of the same stack (``stacks``, the stacks paired)."""
+
     a: int
     b: int
+    stack_a: str | None = None
+    stack_b: str | None = None
+    stacks: list[str] = []
     changed: list[CellChange]
-    only_in_a: list[str]  # "policy/backend" cells the other sweep does not have
+    # "policy/backend" cells the other side does not have ("policy/backend (stack)" when cells of more
+    # than one stack are paired)
+    only_in_a: list[str]
     only_in_b: list[str]
     blockers_appeared: list[GroupKey]
     blockers_vanished: list[GroupKey]

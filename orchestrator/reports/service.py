@@ -10,7 +10,7 @@ from collections import defaultdict
 from sqlalchemy.orm import Session
 
 from coverfarm import tracker
-from coverfarm.cell_view import CellView, Kind
+from coverfarm.cell_view import CellView, Kind, OffRelease
 from coverfarm.result import Options, ResultDocument
 from coverfarm.tracker import PENDING, backend_title, columns, markdown_table
 from orchestrator.errors import Invalid
@@ -20,7 +20,7 @@ from orchestrator.reports.devices import RuntimeIssue, device_runtimes, device_s
 from orchestrator.reports.diff import diff_markdown, diff_sweeps
 from orchestrator.reports.documents import sweep_documents
 from orchestrator.reports.schemas import BlockerGroup, BlockersReport, ReasonWhatIf, SweepDiff
-from orchestrator.sweeps.cell_views import plain_views, sweep_views
+from orchestrator.sweeps.cell_views import plain_views, sweep_stacks, sweep_views
 
 OUTPUT_LINES = 30  # of a repro's output, in the report (the API has all of it)
 PARTITIONERS = {"vulkan": "VulkanPartitioner()", "xnnpack": "XnnpackPartitioner()"}
@@ -31,18 +31,33 @@ def _percent(share: float | None) -> str:
     return tracker.share_percent(share, missing="?")
 
 
-def _coverage(cells: list[Cell], backend: str, views: Views) -> list[str]:
-    rendered = [views[cell.id] for cell in cells]
-    header = columns(backend)
+def device_classes_shown(rendered: list[CellView]) -> list[str]:
+    """The device classes that get a column beside these cells: not those whose every cell here is "-"
+    (they run another backend)."""
     names = dict.fromkeys(name for view in rendered for name in view.devices)
-    # A device class whose every cell here is "-" (it runs another backend) gets no column.
-    classes = [
+    return [
         name
         for name in names
         if any(
             name in view.devices and view.devices[name].kind is not Kind.NOT_APPLICABLE for view in rendered
         )
     ]
+
+
+def off_release_runs(rendered: list[CellView]) -> list[tuple[str, str, OffRelease]]:
+    """(policy, device class, flag) of each device run whose runtime is not its stack's release."""
+    return [
+        (view.policy, name, column.off_release)
+        for view in rendered
+        for name, column in view.devices.items()
+        if column.off_release is not None
+    ]
+
+
+def _coverage(cells: list[Cell], backend: str, views: Views) -> list[str]:
+    rendered = [views[cell.id] for cell in cells]
+    header = columns(backend)
+    classes = device_classes_shown(rendered)
     rows = []
     for view in rendered:
         devices = [
@@ -88,6 +103,11 @@ def _coverage(cells: list[Cell], backend: str, views: Views) -> list[str]:
             f"  • {tracker.ABOUT} before the milliseconds: that run's samples are not stable (their spread "
             "is over the runner's bound), so it gets no speed-up."
         )
+    if off_release_runs(rendered):
+        lines.append(
+            f'  • "{tracker.OFF_RELEASE} runtime X" after a device cell: that run\'s ExecuTorch runtime is '
+            "X, not the release of the cell's stack, so a difference there may be the runtime's (Built on)."
+        )
     lines.append(f"  • {PENDING}: this cell is being measured (running or queued).")
     return lines
 
@@ -130,7 +150,9 @@ def _versions_line(docs: list[ResultDocument], package: str) -> str:
     )
 
 
-def _built_on(docs: list[ResultDocument], runtimes: list[str]) -> list[str]:
+def _built_on(
+    docs: list[ResultDocument], runtimes: list[str], off_release: list[tuple[str, str, OffRelease]]
+) -> list[str]:
     lines = ["### Built on", ""]
     if not docs:
         return [*lines, "  • No result has been stored yet."]
@@ -144,6 +166,12 @@ def _built_on(docs: list[ResultDocument], runtimes: list[str]) -> list[str]:
         lines += [f"  • Device {line}." for line in runtimes]
     else:
         lines.append("  • No device runs: the numbers above come from the partitioner and export only.")
+    if off_release:
+        runs = "; ".join(
+            f"{policy} on {device_class}: {tracker.off_release_hint(flag)}"
+            for policy, device_class, flag in off_release
+        )
+        lines.append(f"  • {tracker.OFF_RELEASE} Device runs not on the stack's release: {runs}.")
     return lines
 
 
@@ -275,29 +303,40 @@ def backend_body(
     views: Views,
     runtimes: list[str] | None = None,
     issues: list[RuntimeIssue] | None = None,
+    stack: str | None = None,
 ) -> list[str]:
-    cells = sorted((cell for cell in sweep.cells if cell.backend == backend), key=lambda cell: cell.policy)
-    docs = sweep_documents(sweep, backend)
+    """One backend's tracker body; of one stack's cells when ``stack`` is given (its heading names it)."""
+    cells = sorted(
+        (cell for cell in sweep.cells if cell.backend == backend and stack in (None, cell.stack)),
+        key=lambda cell: cell.policy,
+    )
+    docs = sweep_documents(sweep, backend, stack)
     title = backend_title(backend)
-    lines = [f"## {title}: how much of each LeRobot policy {title} takes, and what blocks the rest", ""]
+    where = title if stack is None else f"{title} on {stack}"
+    lines = [f"## {where}: how much of each LeRobot policy {title} takes, and what blocks the rest", ""]
     lines += _coverage(cells, backend, views)
-    lines += ["", *_notes(sweep, docs), "", *_built_on(docs, runtimes or []), ""]
+    flagged = off_release_runs([views[cell.id] for cell in cells])
+    lines += ["", *_notes(sweep, docs), "", *_built_on(docs, runtimes or [], flagged), ""]
     lines += _known_issues(blocker_groups(docs), reason_what_ifs(docs), backend)
     lines += _runtime_issues(issues or [])
     return lines
+
+
+Part = tuple[str, str | None]  # (backend, stack): one body of the report; stack None: every stack
 
 
 def report_markdown(
     sweep: Sweep,
     backend: str | None = None,
     views: Views | None = None,
-    runtimes: dict[str, list[str]] | None = None,
-    issues: dict[str, list[RuntimeIssue]] | None = None,
+    runtimes: dict[Part, list[str]] | None = None,
+    issues: dict[Part, list[RuntimeIssue]] | None = None,
+    stack: str | None = None,
 ) -> str:
-    """The whole tracker body of each backend of the sweep (or of ``backend`` alone). ``views``: the
-    cells' views with their device columns (without: none); ``runtimes`` per backend, from the device
-    side when it has results."""
-    backends = [backend] if backend is not None else list(dict.fromkeys(cell.backend for cell in sweep.cells))
+    """The whole tracker body of each backend of the sweep (or of ``backend`` alone). A sweep of several
+    stacks gets one body per backend and stack (or of ``stack`` alone), each with its own Built on.
+    ``views``: the cells' views with their device columns (without: none); ``runtimes`` and ``issues``
+    per body, from the device side when it has results."""
     seed = Options.model_validate(sweep.cells[0].options).seed if sweep.cells else Options().seed
     lines = [
         f"# Sweep {sweep.id}",
@@ -307,11 +346,25 @@ def report_markdown(
         + (_fp16_note(sweep) or "")
         + ".",
     ]
+    stacks = sweep_stacks(sweep)
+    if len(stacks) > 1:
+        lines.append(f"Stacks: {', '.join(stacks)}; one body per backend and stack.")
     views = plain_views(sweep) if views is None else views
-    for name in backends:
-        lines += ["", *backend_body(sweep, name, views, (runtimes or {}).get(name), (issues or {}).get(name))]
+    for name, part in report_parts(sweep, backend, stack):
+        key = (name, part)
+        body = backend_body(sweep, name, views, (runtimes or {}).get(key), (issues or {}).get(key), part)
+        lines += ["", *body]
     lines.append("")
     return "\n".join(lines)
+
+
+def report_parts(sweep: Sweep, backend: str | None = None, stack: str | None = None) -> list[Part]:
+    """The report's bodies: per backend, and per stack when the sweep has more than one (or one is asked)."""
+    backends = [backend] if backend is not None else list(dict.fromkeys(cell.backend for cell in sweep.cells))
+    stacks = [stack] if stack is not None else sweep_stacks(sweep)
+    if stack is None and len(stacks) == 1:
+        return [(name, None) for name in backends]
+    return [(name, part) for name in backends for part in stacks]
 
 
 def _fp16_note(sweep: Sweep) -> str | None:
@@ -343,21 +396,46 @@ def check_backend(sweep: Sweep, backend: str | None) -> None:
         )
 
 
-def report(session: Session, sweep: Sweep, backend: str | None = None) -> str:
+def check_stack(sweep: Sweep, stack: str | None, loc: str = "stack") -> None:
+    """A stack the sweep does not have is a 422 that names the ones it has."""
+    known = sweep_stacks(sweep)
+    if stack is not None and stack not in known:
+        raise Invalid(
+            [
+                {
+                    "loc": ["query", loc],
+                    "msg": f"sweep {sweep.id} has no stack {stack!r}; it has: {', '.join(known)}",
+                    "type": "value_error",
+                    "input": stack,
+                }
+            ]
+        )
+
+
+def report(session: Session, sweep: Sweep, backend: str | None = None, stack: str | None = None) -> str:
     check_backend(sweep, backend)
-    backends = [backend] if backend else list(dict.fromkeys(cell.backend for cell in sweep.cells))
-    runtimes = {name: device_runtimes(session, sweep, name) for name in backends}
-    issues = {name: runtime_issues(session, sweep, name) for name in backends}
-    return report_markdown(sweep, backend, sweep_views(session, sweep), runtimes, issues)
+    check_stack(sweep, stack)
+    parts = report_parts(sweep, backend, stack)
+    runtimes = {part: device_runtimes(session, sweep, *part) for part in parts}
+    issues = {part: runtime_issues(session, sweep, *part) for part in parts}
+    return report_markdown(sweep, backend, sweep_views(session, sweep), runtimes, issues, stack)
 
 
-def blockers(sweep: Sweep, backend: str | None = None) -> BlockersReport:
+def blockers(sweep: Sweep, backend: str | None = None, stack: str | None = None) -> BlockersReport:
     check_backend(sweep, backend)
-    return blockers_report(sweep.id, sweep_documents(sweep, backend), backend)
+    check_stack(sweep, stack)
+    report = blockers_report(sweep.id, sweep_documents(sweep, backend, stack), backend)
+    return report.model_copy(update={"stack": stack})
 
 
-def diff(session: Session, a: Sweep, b: Sweep) -> SweepDiff:
-    return diff_sweeps(a, b, device_samples(session, a), device_samples(session, b))
+def diff(
+    session: Session, a: Sweep, b: Sweep, stack_a: str | None = None, stack_b: str | None = None
+) -> SweepDiff:
+    """Sweep ``b`` against ``a``; ``stack_a`` and ``stack_b`` choose a stack of each (one alone: the same
+    on both sides), so that one sweep's stacks compare with each other."""
+    check_stack(a, stack_a or stack_b, "stack_a" if stack_a else "stack_b")
+    check_stack(b, stack_b or stack_a, "stack_b" if stack_b else "stack_a")
+    return diff_sweeps(a, b, device_samples(session, a), device_samples(session, b), stack_a, stack_b)
 
 
 def diff_text(result: SweepDiff) -> str:

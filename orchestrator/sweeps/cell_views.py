@@ -4,8 +4,10 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
+from packaging.version import InvalidVersion, Version
 from sqlalchemy.orm import Session
 
 from coverfarm.cell_build import Cell as CellInput
@@ -28,7 +30,7 @@ def latest_document(cell: Cell) -> ResultDocument | None:
 def view_of(cell: Cell, devices: Sequence[DeviceInput] = ()) -> CellView:
     options = Options.model_validate(cell.options)
     typed = CellInput(
-        cell.policy, cell.backend, options, latest_document(cell), cpu_jobs(cell), list(devices)
+        cell.policy, cell.backend, options, latest_document(cell), cpu_jobs(cell), list(devices), cell.stack
     )
     return build(typed)
 
@@ -42,3 +44,29 @@ def sweep_views(session: Session, sweep: Sweep) -> dict[int, CellView]:
     """Cell id -> view, with a device column per device class of the sweep."""
     inputs = device_inputs(session, sweep.cells, sweep.device_classes)
     return {cell.id: view_of(cell, inputs[cell.id]) for cell in sweep.cells}
+
+
+def sweep_stacks(sweep: Sweep) -> list[str]:
+    """The sweep's stacks in the order it names them; a stack of one of its cells that it does not name
+    comes after them (rows stored before stacks existed are of the default stack)."""
+    return list(dict.fromkeys([*(sweep.stacks or []), *(cell.stack for cell in sweep.cells)]))
+
+
+def _release_key(release: str | None) -> tuple[int, Version]:
+    try:
+        return (0, Version(release or ""))
+    except InvalidVersion:
+        return (1, Version("0"))
+
+
+def release_order(sweep: Sweep, views: dict[int, CellView]) -> list[str]:
+    """The sweep's stacks, oldest ExecuTorch release first: by the release most of each stack's results
+    recorded (``CellView.release``); a stack with none, or none that reads as a version, comes after
+    them, in the sweep's order."""
+    recorded: dict[str, Counter[str]] = {name: Counter() for name in sweep_stacks(sweep)}
+    for cell in sweep.cells:
+        release = views[cell.id].release if cell.id in views else None
+        if release is not None:
+            recorded[cell.stack][release] += 1
+    releases = {name: found.most_common(1)[0][0] if found else None for name, found in recorded.items()}
+    return sorted(recorded, key=lambda name: _release_key(releases[name]))

@@ -90,9 +90,11 @@ def sweep_report(
     sweep_id: Id,
     session: SessionDep,
     backend: Annotated[str | None, Query(description="only this backend's tracker body")] = None,
+    stack: Annotated[str | None, Query(description="only this stack's tracker bodies")] = None,
 ) -> PlainTextResponse:
-    """The tracker body of each backend: Coverage with legend, Notes, Built on, Known issues, repros."""
-    markdown = reports.report(session, service.get(session, sweep_id), backend)
+    """The tracker body of each backend: Coverage with legend, Notes, Built on, Known issues, repros;
+    of each backend and stack when the sweep has several stacks."""
+    markdown = reports.report(session, service.get(session, sweep_id), backend, stack)
     return PlainTextResponse(markdown, media_type="text/markdown; charset=utf-8")
 
 

@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from coverfarm.result import Options, ResultDocument
+from coverfarm.stacks import DEFAULT_STACK
 from orchestrator.inputs import Flag, Number
 from orchestrator.models import JobStatus
 
@@ -99,6 +100,7 @@ class CellPublic(BaseModel):
     sweep_id: int
     policy: str
     backend: str
+    stack: str = DEFAULT_STACK  # the stack (coverfarm.stacks) the cell is measured with
     options: Options
     # The latest job's status, except "slow" while the slow result's longer re-run is pending.
     state: JobStatus

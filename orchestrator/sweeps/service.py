@@ -177,6 +177,7 @@ def cell_view(cell: Cell) -> CellPublic:
         sweep_id=cell.sweep_id,
         policy=cell.policy,
         backend=cell.backend,
+        stack=cell.stack,
         options=cell.options,
         state=state,
         pending=pending,

@@ -257,10 +257,15 @@ def test_diff_flags_a_device_latency_change_only_beyond_the_spread(
 ) -> None:
     a, b = (sweeps.get(session, sweep_id) for sweep_id in two_sweeps)
     steady = [10.0, 10.2, 9.9, 10.1, 10.0]
-    key = ("act", "vulkan")  # act's numbers and blockers are the same in both sweeps
-    same = diff_sweeps(a, b, {key: {"mali-g610": steady}}, {key: {"mali-g610": [s + 0.05 for s in steady]}})
+    # act's numbers and blockers are the same in both sweeps
+    key_a, key_b = (next(cell.id for cell in sweep.cells if cell.policy == "act") for sweep in (a, b))
+    same = diff_sweeps(
+        a, b, {key_a: {"mali-g610": steady}}, {key_b: {"mali-g610": [s + 0.05 for s in steady]}}
+    )
     assert [cell.policy for cell in same.changed] == ["vqbet"]
-    slower = diff_sweeps(a, b, {key: {"mali-g610": steady}}, {key: {"mali-g610": [s * 2 for s in steady]}})
+    slower = diff_sweeps(
+        a, b, {key_a: {"mali-g610": steady}}, {key_b: {"mali-g610": [s * 2 for s in steady]}}
+    )
     act = next(cell for cell in slower.changed if cell.policy == "act")
     assert act.changes == {}
     [change] = act.latency
@@ -313,7 +318,7 @@ def test_a_regression_counts_only_after_two_consecutive_sweeps_beyond_the_spread
     assert twice is not None and twice.flagged and twice.regression
     assert twice.sweeps == [first.id, second.id] and twice.consecutive == 2
     assert f"in sweeps {first.id} and {second.id}, consecutive sweeps of the same cell" in twice.why
-    flags = latency_flags(session, second)[("act", "vulkan")]["mali-g610"]
+    flags = latency_flags(session, second)[second.cells[0].id]["mali-g610"]
     assert flags.flagged and flags.regression and flags.sweeps == [first.id, second.id]
 
 
@@ -327,7 +332,7 @@ def test_a_change_that_does_not_persist_or_comes_from_another_stack_is_not_count
     change = act_change(diff_sweeps(reference, latest, device_samples(session, reference),
                                     device_samples(session, latest)))  # fmt: skip
     assert change is not None and change.beyond_spread and not change.flagged
-    assert latency_flags(session, back)[("act", "vulkan")]["mali-g610"].flagged is False
+    assert latency_flags(session, back)[back.cells[0].id]["mali-g610"].flagged is False
     # A slow sweep on another runtime is another cell: it does not make this one's second sweep.
     other = device_sweep(session, settings, [s * 1.5 for s in STEADY], runtime="native")
     newest = device_sweep(session, settings, [s * 1.5 for s in STEADY], runtime="native")
@@ -433,3 +438,22 @@ def test_diff_lists_the_cells_of_one_sweep_only(
         "Blocker groups that vanished:\n"
         f"- Vulkan: {CONV[0]} ({CONV[1]}) in vqbet\n"
     )
+
+
+def test_stacks_go_oldest_release_first_and_unknown_releases_last_in_the_sweeps_order() -> None:
+    """The progress view's and the grid's order of a sweep's stacks (cell_views.release_order): by the
+    executorch most of a stack's results recorded, as versions ("1.10.0" after "1.9.1"); a stack with
+    no result, or a release that is no version, after those, in the order the sweep names them."""
+    from coverfarm.cell_build import Cell as CellInput
+    from coverfarm.cell_build import build
+    from orchestrator.models import Cell as CellRow
+    from orchestrator.sweeps.cell_views import release_order
+
+    releases = {"pr-wheel": "not-a-version", "et-1.10.0": "1.10.0", "new": None, "et-1.9.1": "1.9.1"}
+    sweep = Sweep(stacks=list(releases))
+    views = {}
+    for index, (stack, release) in enumerate(releases.items(), start=1):
+        sweep.cells.append(CellRow(id=index, policy="act", backend="vulkan", stack=stack, options={}))
+        doc = document("act", ACT, {"executorch": release}) if release else None
+        views[index] = build(CellInput("act", "vulkan", Options(), doc, stack=stack))
+    assert release_order(sweep, views) == ["et-1.9.1", "et-1.10.0", "pr-wheel", "new"]
