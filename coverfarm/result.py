@@ -225,6 +225,12 @@ class ResultDocument(BaseModel):
         return None
 
     @property
+    def blockers_known(self) -> bool:
+        """Whether ``blockers`` holds every node left on the CPU: the support check answered for every
+        program (after partitioning, or from its answers alone: docs/metrics.md, "blockers")."""
+        return self.ops.supported is not None
+
+    @property
     def status(self) -> StageStatus:
         """The cell's overall state: the first stage that did not end ``ok``, else ``ok``."""
         for stage in (self.trace, self.partition, self.export):

@@ -7,9 +7,10 @@ and none of them reads text back (the grid's colours follow the column's kind).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from coverfarm.cell_build import document_view
+from coverfarm.cell_change import ColumnChange, Direction
 from coverfarm.cell_view import CellView, Column, Kind, Latency, OffRelease
 from coverfarm.result import ResultDocument, ReusedFrom
 
@@ -23,6 +24,8 @@ ABOUT = "~"  # a latency whose samples are not stable
 NOT_APPLICABLE = "-"
 NO_DEVICE = "no device"
 REUSED = "↺"  # the cell reused a stored result with its reuse key instead of lowering again
+SAME = "="  # a column that did not change from one stack to the next
+MINUS = "−"  # a negative change (a plain "-" reads as "not applicable")
 OFF_RELEASE = "⚠"  # a device run whose runtime is not the release of the cell's stack
 
 # What a column of each kind means, where the kind alone explains it (the grid's tooltips).
@@ -214,3 +217,75 @@ def analyze_output(doc: ResultDocument) -> str:
     text = markdown_table(columns(doc.backend), [row(doc)])
     cause = cause_line(doc)
     return f"{text}\n\n{cause}" if cause else text
+
+
+# --- a cell's change from one stack to the next (coverfarm.cell_change) ---------------------------
+
+
+def signed(number: int) -> str:
+    return f"+{number}" if number > 0 else f"{MINUS}{-number}" if number < 0 else "0"
+
+
+def points(fraction: float) -> str:
+    """A share's change in percentage points: "+3 pp", "−<1 pp" (never a misleading "0 pp")."""
+    rounded = round(100 * fraction)
+    if rounded == 0 and fraction:
+        return f"{'+' if fraction > 0 else MINUS}<1 pp"
+    return f"{signed(rounded)} pp"
+
+
+def _moved(change: ColumnChange, text: Callable[[Column], str]) -> str:
+    return f"{text(change.before)} → {text(change.after)}"
+
+
+def ops_change_text(change: ColumnChange) -> str:
+    """The change of the ops on the backend and of all ops, "+7 / +8" ("+7" when all ops are as many),
+    else what the column was and is."""
+    if change.direction is Direction.SAME:
+        return SAME
+    if change.part is not None and change.total is not None:
+        return signed(change.part) if change.total == 0 else f"{signed(change.part)} / {signed(change.total)}"
+    return _moved(change, ops_text)
+
+
+def heavy_change_text(change: ColumnChange) -> str:
+    if change.direction is Direction.SAME:
+        return SAME
+    if change.fraction is not None:
+        return points(change.fraction)
+    return _moved(change, heavy_text)
+
+
+def programs_change_text(change: ColumnChange) -> str:
+    if change.direction is Direction.SAME:
+        return SAME
+    if change.part is not None:
+        return signed(change.part)
+    return _moved(change, programs_text)
+
+
+def export_change_text(change: ColumnChange) -> str:
+    return SAME if change.direction is Direction.SAME else _moved(change, export_text)
+
+
+def device_change_text(change: ColumnChange) -> str:
+    """ "25 ms → 21 ms" between two latencies, else what the device cell was and is."""
+    if change.direction is Direction.SAME:
+        return SAME
+    old, new = (
+        column.latency.median_ms if column.latency else None for column in (change.before, change.after)
+    )
+    if change.ratio is not None and old is not None and new is not None:
+        return f"{milliseconds(old)} → {milliseconds(new)}"
+    return _moved(change, device_text)
+
+
+def coverage_change_texts(changes: list[ColumnChange]) -> list[str]:
+    """The four coverage columns' changes (``RowChange.coverage``), in the tracker's column order."""
+    ops, heavy, programs, export = changes
+    return [
+        ops_change_text(ops),
+        heavy_change_text(heavy),
+        programs_change_text(programs),
+        export_change_text(export),
+    ]

@@ -1,5 +1,6 @@
-"""HTTP for the grid: HTML pages (the grid, of one stack or several side by side; a cell; the
-blockers), the heatmap SVG and the live fragments the page script swaps in.
+"""HTTP for the grid: HTML pages (the grid, of one stack or several side by side; a cell; the blockers;
+the progress over a sweep's stacks), the heatmap and progress SVGs and the live fragments the page
+script swaps in.
 
 Every page reads through the same service functions as the REST API (orchestrator.sweeps.service and
 its public views), so the grid can never show something the API does not.
@@ -17,13 +18,16 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from coverfarm import tracker
-from dashboard import views
+from dashboard import progress_page, views
 from dashboard.heatmap import heatmap
+from dashboard.progress_plot import plot
 from orchestrator.deps import SessionDep
 from orchestrator.devices.grid import device_inputs
 from orchestrator.inputs import Id, Offset
 from orchestrator.models import utcnow
+from orchestrator.reports import progress
 from orchestrator.reports import service as reports
+from orchestrator.reports.progress_markdown import stack_label
 from orchestrator.sweeps import cell_views, service
 
 HERE = Path(__file__).resolve().parent
@@ -41,6 +45,7 @@ _env.globals.update(
     compact=views.compact,
     duration=views.duration_text,
     percent=tracker.share_percent,
+    stack_label=stack_label,
 )
 templates = Jinja2Templates(env=_env)
 
@@ -140,6 +145,28 @@ def sweep_blockers(
     report = reports.blockers(stored, backend, stack)
     context = {"report": report, "stacks": cell_views.sweep_stacks(stored), "now": utcnow()}
     return templates.TemplateResponse(request, "blockers.html", context)
+
+
+@router.get("/sweeps/{sweep_id:int}/progress", response_class=HTMLResponse)
+def sweep_progress(request: Request, sweep_id: Id, session: SessionDep) -> HTMLResponse:
+    """Per backend, each policy's tracker row on each stack (oldest release first) and its change from
+    one to the next, the blocker groups each release fixed and introduced, and the plot of each
+    policy's ops and heavy math on the backend per stack."""
+    report = progress.progress(session, service.get(session, sweep_id))
+    context = {
+        "report": report,
+        "tables": progress_page.tables(report),
+        "plot": plot(report),
+        "now": utcnow(),
+    }
+    return templates.TemplateResponse(request, "progress.html", context)
+
+
+@router.get("/sweeps/{sweep_id:int}/progress.svg")
+def sweep_progress_plot(sweep_id: Id, session: SessionDep) -> Response:
+    report = progress.progress(session, service.get(session, sweep_id))
+    svg = _env.get_template("progress_plot.svg").render(plot=plot(report), standalone=True)
+    return Response(svg, media_type="image/svg+xml")
 
 
 @router.get("/cells/{cell_id:int}", response_class=HTMLResponse)

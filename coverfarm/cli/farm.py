@@ -100,7 +100,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     diff.add_argument("b", metavar="B[:STACK]")
     diff.add_argument("--json", action="store_true", help="print the diff as JSON")
     diff.set_defaults(func=run_diff)
-    for parser in (submit, status, report, diff):
+    progress = sweep.add_parser(
+        "progress", help="each stack's tracker row per policy and backend, the changes and blocker groups"
+    )
+    progress.add_argument("id", type=int)
+    progress.add_argument("--json", action="store_true", help="print the progress as JSON")
+    progress.set_defaults(func=run_progress)
+    for parser in (submit, status, report, diff, progress):
         parser.add_argument("--url", default=DEFAULT_URL, help=f"the orchestrator ({DEFAULT_URL})")
     offline.add_sweep_command(sweep, DEFAULT_URL)
     submit.add_argument("--token", help="admin token (COVERFARM_ADMIN_TOKEN, else the one serve wrote)")
@@ -334,4 +340,13 @@ def run_diff(args: argparse.Namespace) -> int:
         print(json.dumps(_request("GET", url, params=params).json(), indent=2))
     else:
         print(_request("GET", f"{url}.md", params=params).text, end="")
+    return 0
+
+
+def run_progress(args: argparse.Namespace) -> int:
+    url = f"{args.url.rstrip('/')}/api/sweeps/{args.id}/progress"
+    if args.json:
+        print(json.dumps(_request("GET", url).json(), indent=2))
+    else:
+        print(_request("GET", f"{url}.md").text, end="")
     return 0

@@ -1,5 +1,6 @@
-"""HTTP for reports: a sweep's blocker groups with what-if estimates, and the diff of two sweeps (or two
-stacks). The tracker body itself (report.md) is served with the sweep's other views."""
+"""HTTP for reports: a sweep's blocker groups with what-if estimates, the diff of two sweeps (or two
+stacks), and a sweep's progress over its stacks. The tracker body itself (report.md) is served with the
+sweep's other views."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from fastapi.responses import PlainTextResponse
 from orchestrator.deps import SessionDep
 from orchestrator.errors import MARKDOWN, responses
 from orchestrator.inputs import Id
-from orchestrator.reports import service
-from orchestrator.reports.schemas import BlockersReport, SweepDiff
+from orchestrator.reports import progress, service
+from orchestrator.reports.progress_markdown import progress_markdown
+from orchestrator.reports.schemas import BlockersReport, ProgressReport, SweepDiff
 from orchestrator.sweeps import service as sweeps
 
 router = APIRouter(tags=["reports"])
@@ -54,3 +56,21 @@ def sweep_diff(
     ``stack_b`` choose one stack of each sweep (``a`` and ``b`` may be the same sweep); without them,
     cells pair with the same stack's."""
     return service.diff(session, sweeps.get(session, a), sweeps.get(session, b), stack_a, stack_b)
+
+
+@router.get("/sweeps/{sweep_id:int}/progress", responses=responses(404))
+def sweep_progress(sweep_id: Id, session: SessionDep) -> ProgressReport:
+    """Per policy and backend, each stack's tracker row (oldest ExecuTorch release first) and its
+    change from one stack to the next; per backend, the blocker groups each release fixed and
+    introduced."""
+    return progress.public(progress.progress(session, sweeps.get(session, sweep_id)))
+
+
+@router.get(
+    "/sweeps/{sweep_id:int}/progress.md",
+    response_class=Response,
+    responses={**responses(404), **MARKDOWN},
+)
+def sweep_progress_markdown(sweep_id: Id, session: SessionDep) -> PlainTextResponse:
+    text = progress_markdown(progress.progress(session, sweeps.get(session, sweep_id)))
+    return PlainTextResponse(text, media_type="text/markdown; charset=utf-8")

@@ -122,3 +122,78 @@ class SweepDiff(BaseModel):
     only_in_b: list[str]
     blockers_appeared: list[GroupKey]
     blockers_vanished: list[GroupKey]
+
+
+# --- progress over a sweep's stacks (orchestrator.reports.progress) --------------------------------
+
+
+class ColumnValue(BaseModel):
+    """One column of one stack's tracker row: its kind (coverfarm.cell_view.Kind), the tracker's text
+    and the numbers behind it."""
+
+    kind: str
+    text: str
+    part: int | None = None  # ops or multiply-adds on the backend
+    total: int | None = None
+    share: float | None = None  # part / total
+    count: int | None = None  # programs (connected groups when the kind is "unknown")
+    median_ms: float | None = None  # device columns
+    speedup: float | None = None
+    off_release: str | None = None  # the run's runtime, when it is not the stack's release
+    cause: str | None = None
+
+
+class StackCellPublic(BaseModel):
+    stack: str
+    cell_id: int
+    url: str  # the cell with its jobs and whole document
+    columns: dict[str, ColumnValue]  # "ops", "heavy", "programs", "export", then each device class
+
+
+class ChangePublic(BaseModel):
+    """One column's change from a stack to the next (coverfarm.cell_change)."""
+
+    direction: Literal["same", "better", "worse", "changed"]
+    text: str
+    part: int | None = None  # shares: of the part on the backend; programs: of the count
+    total: int | None = None
+    fraction: float | None = None  # shares: of the share (0..1 scale)
+    ratio: float | None = None  # device latencies: the later median over the earlier
+
+
+class StepPublic(BaseModel):
+    before: str  # a stack, and the next one in release order
+    after: str
+    columns: dict[str, ChangePublic]
+
+
+class ProgressRowPublic(BaseModel):
+    policy: str
+    backend: str
+    stacks: list[StackCellPublic]  # the stacks that have the cell, oldest release first
+    changes: list[StepPublic]  # between consecutive stacks that both have it
+
+
+class BlockerStepPublic(BaseModel):
+    backend: str
+    before: str
+    after: str
+    policies: list[str]  # those both stacks measured in full, whose blocker groups are compared
+    fixed: list[GroupKey]  # in before's cells, not in after's
+    introduced: list[GroupKey]
+
+
+class StackPublic(BaseModel):
+    name: str
+    executorch: str | None  # the release its results recorded
+    torch: str | None
+
+
+class ProgressReport(BaseModel):
+    """A sweep's tracker rows per stack, the changes from each stack to the next (oldest ExecuTorch
+    release first) and the blocker groups each release fixed and introduced."""
+
+    sweep_id: int
+    stacks: list[StackPublic]
+    rows: list[ProgressRowPublic]
+    blockers: list[BlockerStepPublic]

@@ -32,8 +32,12 @@ from farmkit import wait_for
 from sqlalchemy.orm import Session, sessionmaker
 
 from coverfarm import catalog
+from coverfarm.queues import QUEUE_LOWER, make_celery
 from coverfarm.result import Blocker
 from coverfarm.settings import Settings
+from orchestrator.db import unit_of_work
+from orchestrator.jobs import service as job_service
+from orchestrator.models import Cell, Sweep
 
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
@@ -365,3 +369,90 @@ def test_an_imported_device_result_appears_in_an_open_grid(
     wait_for(lambda: cell_texts(browser, act)[-1] == "✓ 25 ms", 10, "the imported cell to show")
     assert browser.execute_script("return window.__reloaded") is False
     save_screenshot(browser, "grid-imported-device-cell")
+
+
+def _add_stack(
+    sessions: sessionmaker[Session], settings: Settings, sweep_id: int, stack: str
+) -> dict[str, int]:
+    """Cells of ``stack`` beside the sweep's (the API names no stack yet), as the orchestrator stores a
+    sweep of two stacks; the sweep names its own stack first. Policy -> the new cell's lower job."""
+    created = {}
+    with unit_of_work(sessions, make_celery(settings)) as session:
+        sweep = session.get(Sweep, sweep_id)
+        assert sweep is not None
+        for cell in list(sweep.cells):
+            added = Cell(
+                sweep=sweep, policy=cell.policy, backend=cell.backend, stack=stack, options=cell.options
+            )
+            session.add(added)
+            created[cell.policy] = job_service.create(
+                session, added, job_service.STAGE_LOWER, QUEUE_LOWER, sweep.timeout_s
+            ).id
+        sweep.stacks = [*sweep.stacks, stack]
+    return created
+
+
+def test_stacks_one_at_a_time_side_by_side_live_and_their_progress(
+    browser: WebDriver,
+    orchestrator: Orchestrator,
+    api: httpx.Client,
+    live_sessions: sessionmaker[Session],
+    live_settings: Settings,
+) -> None:
+    """The grid of a sweep over two stacks shows its first stack, a link per stack and one to compare
+    them; side by side, a policy's stacks are consecutive rows the arrow keys move between, and a cell of
+    the second stack fills in without a reload; the progress page draws the change."""
+    sweep = submit(api, ["act", "vqbet"], ["vulkan"])
+    older = _add_stack(live_sessions, live_settings, sweep["id"], "et-1.4.1")
+    newer = {c["policy"]: c["jobs"][0]["id"] for c in sweep["cells"]}
+    new_act = finished("act", "vulkan", (1549, 1553), (1000, 1000), 3, [])
+    new_act.versions = {"executorch": "1.5.1", "torch": "2.14.1"}
+    store(live_sessions, live_settings, newer["act"], new_act)
+    old_act = finished("act", "vulkan", (1540, 1553), (990, 1000), 3)
+    old_act.versions = {"executorch": "1.4.1", "torch": "2.13.0"}
+    store(live_sessions, live_settings, older["act"], old_act)
+    try:
+        browser.get(f"{orchestrator.url}/sweeps/{sweep['id']}")
+        links = browser.find_elements("css selector", "nav.stacks a")
+        assert [link.text for link in links] == ["et-1.4.1", "et-1.5.1", "compare side by side"]
+        current = browser.find_element("css selector", "nav.stacks a[aria-current]")
+        assert current.text == "et-1.5.1"  # the sweep's first stack
+        act = cell_id(sweep, "act", "vulkan")
+        assert cell_texts(browser, act)[0] == "1549 / 1553 (100%)"
+
+        links[-1].click()
+        wait_until(
+            browser, "return document.getElementById('live').dataset.state === 'live'", 10, "the stream"
+        )
+        stacks = browser.execute_script(
+            "return Array.from(document.querySelectorAll('#grid tbody th.stack')).map(th => th.textContent)"
+        )
+        assert stacks == ["et-1.4.1", "et-1.5.1", "et-1.4.1", "et-1.5.1"]  # oldest release first
+        browser.execute_script("document.querySelector('#grid a.cell').focus()")
+        from selenium.webdriver.common.action_chains import ActionChains
+        from selenium.webdriver.common.keys import Keys
+
+        ActionChains(browser).send_keys(Keys.ARROW_DOWN).perform()
+        assert browser.execute_script("return document.activeElement.dataset.cellLink") == str(act)
+
+        # vqbet's older cell is queued: its result arrives while the comparison is open.
+        browser.execute_script("window.__reloaded = false")
+        row = "Array.from(document.querySelectorAll('#grid tbody tr'))[2]"
+        assert "⏳ queued" in browser.execute_script(f"return {row}.textContent")
+        vqbet = finished("vqbet", "vulkan", (500, 594), (200, 1000), 30)
+        vqbet.versions = old_act.versions
+        store(live_sessions, live_settings, older["vqbet"], vqbet)
+        wait_for(
+            lambda: "500 / 594 (84%)" in browser.execute_script(f"return {row}.textContent"), 10,
+            "the older stack's vqbet cell to fill in",
+        )  # fmt: skip
+        assert browser.execute_script("return window.__reloaded") is False
+        save_screenshot(browser, "grid-stacks-side-by-side")
+
+        browser.find_element("link text", "progress over stacks").click()
+        change = browser.find_element("css selector", ".progress-table tr.change td.delta.better")
+        assert change.text == "+9"
+        assert browser.find_elements("css selector", ".progress-plot svg polyline")
+        save_screenshot(browser, "progress", full_height=True)
+    finally:
+        api.post(f"/api/sweeps/{sweep['id']}/cancel")
