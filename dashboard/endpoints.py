@@ -22,6 +22,7 @@ from orchestrator.inputs import Id, Offset
 from orchestrator.models import utcnow
 from orchestrator.reports import service as reports
 from orchestrator.sweeps import cell_views, service
+from orchestrator.workers import service as workers
 
 HERE = Path(__file__).resolve().parent
 STATIC = {"grid.js": "text/javascript", "style.css": "text/css"}
@@ -50,7 +51,7 @@ def _macros() -> Any:
 
 def _grid_context(session: SessionDep, sweep_id: int) -> dict[str, Any]:
     stored = service.get(session, sweep_id)
-    sweep = service.sweep_view(stored)
+    sweep = service.sweep_view(stored, workers.live(session))
     grid = views.grid(sweep, cell_views.sweep_views(session, stored))
     return {"sweep": sweep, "grid": grid, "heatmap": heatmap(grid), "progress": views.progress(sweep)}
 
@@ -125,7 +126,8 @@ def cell_details(
     partial: Annotated[bool, Query(description="only the details, for the grid's panel")] = False,
 ) -> HTMLResponse:
     stored = service.get_cell(session, cell_id)
-    details = views.details(service.cell_view(stored), cell_views.view_of(stored))
+    online = workers.live(session)
+    details = views.details(service.cell_view(stored, online), cell_views.view_of(stored, live=online))
     page = "details.html" if partial else "cell.html"
     return templates.TemplateResponse(request, page, {"d": details, "now": utcnow()})
 

@@ -27,6 +27,7 @@ from dashtools import (
     partition_slow,
     start,
     store,
+    worker_online,
 )
 from farmkit import wait_for
 from sqlalchemy.orm import Session, sessionmaker
@@ -296,6 +297,7 @@ def test_page_is_a_static_snapshot_with_javascript_off(
     live_settings: Settings,
     tmp_path: Path,
 ) -> None:
+    worker_online(live_sessions, live_settings)  # vqbet's job waits its turn, not for a worker
     sweep = submit(api, ["act", "vqbet"], ["vulkan"])
     act = cell_id(sweep, "act", "vulkan")
     store(live_sessions, live_settings, sweep["cells"][0]["jobs"][0]["id"], finished("act", "vulkan"))
