@@ -32,6 +32,10 @@ class CpuJobs:
     running: bool = False  # the latest CPU job is running
     since: datetime | None = None  # when it started
     cause: str | None = None  # why the latest ended as it did: its error's line, else its status reason
+    # Why the latest, queued, waits: no live worker of the cell's stack or of its memory class
+    # ("waiting for a worker of stack et-1.4.1", "waiting for a ≥ 64 GB worker of stack et-1.5.1").
+    waiting: str | None = None
+    memory_class_gb: int | None = None  # the pending latest's memory class: a real-weight re-run
 
 
 @dataclass(frozen=True)
@@ -210,6 +214,8 @@ def _measured(cell: Cell, doc: ResultDocument, command: str) -> CellView:
         measured=True,
         command=command,
         reused_from=doc.reused_from,
+        waiting=cell.cpu.waiting,
+        memory_class_gb=cell.cpu.memory_class_gb,
         stack=cell.stack,
         release=cell.release,
     )
@@ -221,7 +227,11 @@ def build(cell: Cell) -> CellView:
     if cell.doc is not None:
         return _measured(cell, cell.doc, command)
     cpu = cell.cpu
-    if cpu.pending:
+    if cpu.pending and cpu.waiting is not None:
+        # Queued where no live worker takes it, as a device column with no runner says "no device".
+        column = Column(Kind.NO_WORKER, cause=cpu.waiting, command=command)
+        device, cause = Column(Kind.PENDING), cpu.waiting
+    elif cpu.pending:
         column = Column(Kind.PENDING, since=cpu.since, command=command)
         device, cause = Column(Kind.PENDING), None
     elif cpu.cancelled:
@@ -245,6 +255,8 @@ def build(cell: Cell) -> CellView:
         since=cpu.since,
         cancelled=cpu.cancelled,
         command=command,
+        waiting=cpu.waiting,
+        memory_class_gb=cpu.memory_class_gb,
         stack=cell.stack,
     )
 

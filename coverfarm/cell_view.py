@@ -29,6 +29,7 @@ class Kind(StrEnum):
     PENDING = "pending"  # being measured (queued or running)
     NOT_APPLICABLE = "not_applicable"  # nothing to show: cancelled, no bundle, another backend's class
     NO_DEVICE = "no_device"  # no runner of the device class is enrolled
+    NO_WORKER = "no_worker"  # queued, and no live CPU worker of the cell's stack or memory class takes it
     UNSTABLE = "unstable"  # a device latency whose samples are not stable: no speed-up
 
 
@@ -97,6 +98,8 @@ class CellView:
     measured: bool = False  # a result document is stored
     command: str = ""  # ``coverfarm analyze`` with the cell's options
     reused_from: ReusedFrom | None = None  # the stored result the cell reused (worker.reuse)
+    waiting: str | None = None  # why its queued CPU job waits for a worker (coverfarm.routes)
+    memory_class_gb: int | None = None  # the pending CPU job's memory class: a real-weight re-run
     stack: str = DEFAULT_STACK  # the stack (coverfarm.stacks) the cell is measured with
     release: str | None = None  # that stack's executorch, as its result recorded it
 

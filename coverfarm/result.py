@@ -192,6 +192,21 @@ class ReusedFrom(BaseModel):
     sweep_id: int
 
 
+class FakeWeightRun(BaseModel):
+    """What an attempt with fake weights measured before a worker with enough memory measured the cell
+    with real weights, kept in the real-weight result, and where the two disagree. Fake weights change no
+    op, dtype or shape, so the coverage columns should agree: a difference is worth a look."""
+
+    job_id: int
+    attempt: int
+    worker_memory_gb: float | None = None  # the memory of the worker that fell back to fake weights
+    ops: Ops
+    heavy_macs: HeavyMacs
+    programs: Programs
+    # "ops.total: 100 with fake weights, 101 with real"; empty when every count both measured agrees
+    differences: list[str] = Field(default_factory=list)
+
+
 class ResultDocument(BaseModel):
     schema_version: int = SCHEMA_VERSION
     policy: str
@@ -215,7 +230,21 @@ class ResultDocument(BaseModel):
     memory: dict[str, float] = Field(default_factory=dict)
     # Set when the cell reused a stored result with its reuse key: the job and sweep that measured it.
     reused_from: ReusedFrom | None = None
+    # Set on a real-weight result whose cell was measured with fake weights first (on a worker without
+    # the memory): what that run measured, and where the two disagree.
+    fake_weight_run: FakeWeightRun | None = None
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+
+    def needs_bigger_worker(self) -> int | None:
+        """The memory (whole GB) a real-weight run needs when ``weights: auto`` fell back to fake weights
+        because the policy did not fit the worker, so export did not run; None otherwise (real weights,
+        or fake ones asked for)."""
+        weights = self.weights
+        if weights is None or weights.mode != "fake" or weights.requested != "auto":
+            return None
+        if self.export.status is not StageStatus.NOT_RUN:
+            return None
+        return weights.needs_worker_gb
 
     def cause(self) -> str | None:
         """The one-line cause of the first stage that did not finish (the row's footnote)."""
@@ -237,3 +266,30 @@ class ResultDocument(BaseModel):
             if stage.status is not StageStatus.OK:
                 return StageStatus.SLOW if stage.status is StageStatus.SLOW else StageStatus.FAILED
         return StageStatus.OK
+
+
+_COMPARED = (
+    ("ops", ("total", "on_backend", "supported")),
+    ("heavy_macs", ("total", "on_backend", "supported")),
+    ("programs", ("count", "connected_groups")),
+)
+
+
+def fake_weight_run(fake: ResultDocument, real: ResultDocument, job_id: int, attempt: int) -> FakeWeightRun:
+    """What the fake-weight attempt ``attempt`` of job ``job_id`` measured, checked against the real-weight
+    result: each count both measured that differs."""
+    differences = []
+    for part, fields in _COMPARED:
+        for name in fields:
+            was, now = getattr(getattr(fake, part), name), getattr(getattr(real, part), name)
+            if was is not None and now is not None and was != now:
+                differences.append(f"{part}.{name}: {was} with fake weights, {now} with real")
+    return FakeWeightRun(
+        job_id=job_id,
+        attempt=attempt,
+        worker_memory_gb=fake.weights.worker_memory_gb if fake.weights is not None else None,
+        ops=fake.ops,
+        heavy_macs=fake.heavy_macs,
+        programs=fake.programs,
+        differences=differences,
+    )

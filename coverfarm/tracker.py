@@ -23,6 +23,7 @@ BOUND = "≤"
 ABOUT = "~"  # a latency whose samples are not stable
 NOT_APPLICABLE = "-"
 NO_DEVICE = "no device"
+NO_WORKER = "no worker"
 REUSED = "↺"  # the cell reused a stored result with its reuse key instead of lowering again
 SAME = "="  # a column that did not change from one stack to the next
 MINUS = "−"  # a negative change (a plain "-" reads as "not applicable")
@@ -33,10 +34,17 @@ KIND_HINTS = {
     Kind.BOUNDED: "partitioning did not finish: the support check's count, an upper bound",
     Kind.UNKNOWN: "partition count unknown; connected groups are not a bound",
     Kind.NO_DEVICE: "no runner of this device class is registered",
+    Kind.NO_WORKER: "no live CPU worker of the cell's stack and memory class",
     Kind.UNSTABLE: "the latency samples are not stable: no speed-up",
 }
 BEING_MEASURED = "being measured"
-_PLAIN = {Kind.FAILED: FAILED, Kind.PENDING: PENDING, Kind.NOT_APPLICABLE: NOT_APPLICABLE, Kind.SLOW: SLOW}
+_PLAIN = {
+    Kind.FAILED: FAILED,
+    Kind.PENDING: PENDING,
+    Kind.NOT_APPLICABLE: NOT_APPLICABLE,
+    Kind.SLOW: SLOW,
+    Kind.NO_WORKER: NO_WORKER,
+}
 
 
 def backend_title(backend: str) -> str:
@@ -180,7 +188,13 @@ def pending_label(view: CellView) -> str:
 
 
 def rerun_hint(view: CellView) -> str:
-    return f"longer re-run {'running' if view.running else 'queued'}"
+    """What a measured cell's pending re-run is: why it waits, else which re-run and whether it runs."""
+    if view.waiting is not None:
+        return view.waiting
+    state = "running" if view.running else "queued"
+    if view.memory_class_gb is not None:
+        return f"real-weight re-run on a ≥ {view.memory_class_gb} GB worker {state}"
+    return f"longer re-run {state}"
 
 
 def hint(column: Column) -> str | None:

@@ -29,6 +29,7 @@ from orchestrator.reports import progress
 from orchestrator.reports import service as reports
 from orchestrator.reports.progress_markdown import stack_label
 from orchestrator.sweeps import cell_views, service
+from orchestrator.workers import service as workers
 
 HERE = Path(__file__).resolve().parent
 STATIC = {"grid.js": "text/javascript", "style.css": "text/css"}
@@ -66,7 +67,7 @@ def _grid_context(session: SessionDep, sweep_id: int, stack: list[str] | None = 
     chosen = list(dict.fromkeys(stack or []))
     for name in chosen:
         reports.check_stack(stored, name)
-    sweep = service.sweep_view(stored)
+    sweep = service.sweep_view(stored, workers.live(session))
     cells = cell_views.sweep_views(session, stored)
     shown = chosen or cell_views.sweep_stacks(stored)[:1]
     grid = views.grid(sweep, cells, cell_views.release_order(stored, cells), shown)
@@ -179,8 +180,10 @@ def cell_details(
     stored = service.get_cell(session, cell_id)
     # The cell's device columns as the grid shows them: its runs on each device class of its sweep.
     devices = device_inputs(session, [stored], stored.sweep.device_classes)[stored.id]
+    online = workers.live(session)
     several = len(stored.sweep.stacks or []) > 1
-    details = views.details(service.cell_view(stored), cell_views.view_of(stored, devices), several)
+    view = cell_views.view_of(stored, devices, online)
+    details = views.details(service.cell_view(stored, online), view, several)
     page = "details.html" if partial else "cell.html"
     return templates.TemplateResponse(request, page, {"d": details, "now": utcnow()})
 

@@ -35,6 +35,7 @@ KIND_TONES = {
     Kind.PENDING: "pending",
     Kind.NOT_APPLICABLE: "muted",
     Kind.NO_DEVICE: "muted",
+    Kind.NO_WORKER: "muted",
     Kind.UNSTABLE: "unstable",
 }
 # Of a cell's device classes, the first kind found here gives the device column its tone.
@@ -152,9 +153,11 @@ def coverage_fields(view: CellView) -> list[Field]:
     texts = tracker.coverage_texts(view)
     fields = [_field(column, text) for column, text in zip(view.coverage, texts, strict=True)]
     if view.rerun:
-        # A slow result whose longer re-run is queued or running: its numbers stand, its export waits.
-        fields[-1] = Field(texts[-1], "slow", None, tracker.rerun_hint(view), view.since, view.export.kind)
-    elif view.pending and not view.measured:
+        # A slow result whose longer re-run is queued or running, or a fake-weight one whose real-weight
+        # re-run is: its numbers stand, its export waits.
+        shade = "slow" if view.memory_class_gb is None else tone(view.export)
+        fields[-1] = Field(texts[-1], shade, None, tracker.rerun_hint(view), view.since, view.export.kind)
+    elif view.pending and not view.measured and view.waiting is None:
         label = tracker.pending_label(view)
         fields[0] = Field(label, "pending", None, tracker.BEING_MEASURED, view.since, Kind.PENDING)
     if view.reused_from is not None and not view.rerun:

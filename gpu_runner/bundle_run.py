@@ -462,7 +462,7 @@ def time_chunk(
     meter = LoadMeter().start()
     timed = engine.time_chunk(work, rules)
     load = meter.stop()
-    part = replica(timed.samples_ms, timed.warmup, timed.seconds, timed.stopped)
+    part = replica(timed.samples_ms, timed.warmup, timed.seconds, timed.stopped, timed.chunks_per_sample)
     part.host_load = load
     part.outputs = checker.stability(timed.outputs_note)
     stats = latency_stats(timed.samples_ms, timed.warmup, load_ms, rules, [part])

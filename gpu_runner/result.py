@@ -124,7 +124,9 @@ class TimingRules(BaseModel):
 
     Each replica (a fresh process) runs up to ``warmup`` untimed chunks (fewer when they already took
     ``min_s``), then times chunks until it has at least ``min_chunks`` and ``min_s`` seconds of them,
-    stopping at ``max_s`` seconds or ``max_chunks`` chunks whatever it has. A measurement is stable
+    stopping at ``max_s`` seconds or ``max_chunks`` chunks whatever it has. Chunks too short to time one
+    at a time (under ``min_sample_ms``, or too short to reach ``min_s`` within half of ``max_chunks``) are
+    timed in groups, one sample per group, and the counts are then of samples. A measurement is stable
     when it has ``replicas`` replicas, each with a coefficient of variation at most ``max_cv``, whose
     medians agree within ``replica_tolerance`` (largest over smallest, minus one).
     """
@@ -136,6 +138,8 @@ class TimingRules(BaseModel):
     min_s: float = Field(2.0, ge=0)
     max_s: float = Field(60.0, gt=0)
     max_chunks: int = Field(1000, ge=1)
+    # A sample shorter than this times several consecutive chunks together (gpu_runner.stats.timed_loop).
+    min_sample_ms: float = Field(1.0, ge=0)
     replicas: int = Field(2, ge=1)
     max_cv: float = Field(0.05, gt=0)
     replica_tolerance: float = Field(0.05, gt=0)
@@ -189,7 +193,8 @@ class Replica(BaseModel):
     """One fresh process's measurement, summarised (its samples are in the latency's ``samples_ms``)."""
 
     warmup: int
-    iterations: int
+    iterations: int  # samples
+    chunks_per_sample: int = 1  # consecutive chunks timed together in each sample (their mean per chunk)
     seconds: float  # timed seconds (warm-up excluded)
     stopped: str  # why it stopped: "min_chunks and min_s reached", "max_s reached", "max_chunks reached"
     median_ms: float

@@ -9,6 +9,7 @@ agree (``TimingRules``). Each reason it is not stable is kept, so the cell can s
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,49 +27,83 @@ MIN_REACHED, MAX_S_REACHED, MAX_CHUNKS_REACHED = (
 
 @dataclass
 class Timed:
-    """One process's timed chunks: the samples and how the loop ended."""
+    """One process's timed samples and how the loop ended. A sample is the mean per chunk of
+    ``chunks_per_sample`` consecutive chunks timed together (one, unless chunks are too short to time
+    one at a time: ``chunks_per_sample``)."""
 
     samples_ms: list[float]
     warmup: int  # warm-up chunks actually run
     seconds: float  # timed seconds, warm-up excluded
     stopped: str
+    chunks_per_sample: int = 1
+
+
+def sample_target_ms(rules: TimingRules) -> float:
+    """The shortest a sample may be: ``rules.min_sample_ms``, and long enough that ``min_s`` is reached
+    within half of ``max_chunks`` samples (so the count cap never ends a measurement of short chunks
+    before its minimum time)."""
+    return max(rules.min_sample_ms, 2e3 * rules.min_s / rules.max_chunks)
+
+
+def chunks_per_sample(warmup_ms: Sequence[float], rules: TimingRules) -> int:
+    """How many consecutive chunks one sample times: enough that a sample reaches ``sample_target_ms``,
+    judged from the fastest warm-up chunk (one when there was no warm-up), at most ``max_chunks``."""
+    if not warmup_ms:
+        return 1
+    fastest = max(min(warmup_ms), 1e-6)
+    return max(1, min(rules.max_chunks, math.ceil(sample_target_ms(rules) / fastest)))
 
 
 def timed_loop(
     run: Callable[[int], object],
     rules: TimingRules,
     after: Callable[[int, object, float], None] | None = None,
+    on_sample: Callable[[float], None] | None = None,
 ) -> Timed:
     """Call ``run(i)`` (chunk ``i``: warm-up chunks first, then timed ones, numbered on) under ``rules``.
 
     Only ``run`` is inside the timed window; ``after(i, returned, ms)`` (the output check) runs outside it
-    and its time counts towards no bound, so a slow check never cuts the measurement short. Warm-up
-    stops after ``rules.warmup`` chunks or once it has taken ``rules.min_s``, whichever comes first."""
+    for every timed chunk, and its time counts towards no bound, so a slow check never cuts the
+    measurement short; ``on_sample(ms)`` is told each sample as it is taken. Warm-up stops after
+    ``rules.warmup`` chunks or once it has taken ``rules.min_s``, whichever comes first.
+
+    Chunks shorter than ``sample_target_ms`` are timed several at a time (``chunks_per_sample``): one
+    sub-millisecond call is mostly timer and scheduling noise, and the count cap would end the loop
+    before ``min_s``. The rules' counts are counts of samples."""
     index = 0
     spent = 0.0
+    warm_ms: list[float] = []
     while index < rules.warmup and (index == 0 or spent < rules.min_s):
         begin = time.perf_counter()
         run(index)
-        spent += time.perf_counter() - begin
+        took = time.perf_counter() - begin
+        spent += took
+        warm_ms.append(took * 1e3)
         index += 1
     warmup = index
+    group = chunks_per_sample(warm_ms, rules)
     samples: list[float] = []
     timed = 0.0
     while True:
+        returned: list[object] = []
         begin = time.perf_counter_ns()
-        returned = run(index)
+        for offset in range(group):
+            returned.append(run(index + offset))
         elapsed = (time.perf_counter_ns() - begin) / 1e9
-        samples.append(elapsed * 1e3)
+        samples.append(elapsed * 1e3 / group)
         timed += elapsed
         if after is not None:
-            after(index, returned, samples[-1])
-        index += 1
+            for offset, value in enumerate(returned):
+                after(index + offset, value, samples[-1])
+        if on_sample is not None:
+            on_sample(samples[-1])
+        index += group
         if len(samples) >= rules.min_chunks and timed >= rules.min_s:
-            return Timed(samples, warmup, timed, MIN_REACHED)
+            return Timed(samples, warmup, timed, MIN_REACHED, group)
         if timed >= rules.max_s:
-            return Timed(samples, warmup, timed, MAX_S_REACHED)
+            return Timed(samples, warmup, timed, MAX_S_REACHED, group)
         if len(samples) >= rules.max_chunks:
-            return Timed(samples, warmup, timed, MAX_CHUNKS_REACHED)
+            return Timed(samples, warmup, timed, MAX_CHUNKS_REACHED, group)
 
 
 def _summary(samples_ms: Sequence[float]) -> tuple[float, float, float, float, float]:
@@ -82,10 +117,13 @@ def _summary(samples_ms: Sequence[float]) -> tuple[float, float, float, float, f
     return float(np.median(samples)), float(np.percentile(samples, 90)), float(samples.min()), mean, cv
 
 
-def replica(samples_ms: Sequence[float], warmup: int, seconds: float, stopped: str) -> Replica:
+def replica(
+    samples_ms: Sequence[float], warmup: int, seconds: float, stopped: str, chunks_per_sample: int = 1
+) -> Replica:
     median, p90, low, _mean, cv = _summary(samples_ms)
     return Replica(
         warmup=warmup,
+        chunks_per_sample=chunks_per_sample,
         iterations=len(samples_ms),
         seconds=round(seconds, 4),
         stopped=stopped,

@@ -250,13 +250,14 @@ def start_worker(
     name: str,
     ready_timeout: float = 60,
     path: Sequence[Path] = (),
+    args: Sequence[str] = (),
     **extra: str,
 ) -> subprocess.Popen[bytes]:
-    """``coverfarm worker --name <name>@%h`` as a child process (its own group: a test can SIGKILL all
-    of it), once Celery says it is ready."""
+    """``coverfarm worker --name <name>@%h [args]`` as a child process (its own group: a test can SIGKILL
+    all of it), once Celery says it is ready."""
     with log.open("wb") as out:
         process = subprocess.Popen(
-            coverfarm_command("worker", "--name", f"{name}@%h"),
+            coverfarm_command("worker", "--name", f"{name}@%h", *args),
             env=child_env(env, path, **extra),
             cwd=ROOT,
             stdout=out,

@@ -131,6 +131,7 @@ def _fold(run: StageRun, rules: TimingRules, result: BaselineResult, timeout_s: 
         part = replica(
             samples, measured.get("warmup", 0), measured.get("seconds", sum(samples) / 1e3),
             measured.get("stopped", f"cut at the time phase's bound ({timeout_s:g} s)"),
+            measured.get("chunks_per_sample", 1),
         )  # fmt: skip
         if "load" in events:
             part.host_load = HostLoad.model_validate(events["load"]["load"])
@@ -187,9 +188,12 @@ def _child(args: argparse.Namespace, log: EventLog) -> None:
 
     with torch.no_grad():
         meter = LoadMeter().start()
-        timed = timed_loop(chunk, rules, after=lambda _i, _r, ms: log.emit("sample", ms=ms))
+        timed = timed_loop(chunk, rules, on_sample=lambda ms: log.emit("sample", ms=ms))
         log.emit("load", load=meter.stop().model_dump(mode="json"))
-    log.emit("measured", warmup=timed.warmup, seconds=timed.seconds, stopped=timed.stopped)
+    log.emit(
+        "measured", warmup=timed.warmup, seconds=timed.seconds, stopped=timed.stopped,
+        chunks_per_sample=timed.chunks_per_sample,
+    )  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,4 +1,5 @@
-"""Memory: a stage child's peak resident memory, this worker's memory, and what real weights would need.
+"""Memory: a stage child's peak resident memory, this worker's memory, what real weights would need, and
+how many jobs at once a worker's memory allows.
 
 Peaks come from Linux: ``VmHWM`` in ``/proc/<pid>/status`` (the high-water mark of the resident set),
 sampled by the parent while the child runs, and the exact ``ru_maxrss`` that ``wait4`` returns when the
@@ -22,6 +23,11 @@ GB = 1024**3
 MB = 1024**2
 BASE_BYTES = 1.5 * GB
 PEAK_FACTOR = 4.0
+MEMORY_ENV = "COVERFARM_WORKER_MEMORY_GB"
+# The least memory a worker gives each of the jobs it runs at once. Two real lowerings at once have run
+# a 24 GiB worker out of memory, so one can take more than 12 GB: a worker runs several only where each
+# keeps this much.
+JOB_MEMORY_FLOOR_GB = 16.0
 
 
 def peak_rss_bytes(pid: int) -> int | None:
@@ -48,8 +54,9 @@ def machine_memory_bytes() -> int | None:
 
 
 def worker_memory_gb() -> float:
-    """``COVERFARM_WORKER_MEMORY_GB``, else this machine's MemTotal."""
-    configured = os.environ.get("COVERFARM_WORKER_MEMORY_GB")
+    """``COVERFARM_WORKER_MEMORY_GB``, else this machine's MemTotal. ``coverfarm worker`` sets it to
+    each job's share (``concurrency_for``) for its own processes."""
+    configured = os.environ.get(MEMORY_ENV)
     if configured:
         try:
             value = float(configured)
@@ -76,3 +83,9 @@ def estimated_peak_gb(parameter_bytes: int) -> float:
 def needs_worker_gb(parameter_bytes: int) -> int:
     """The smallest worker (whole GB) the real-weight stages are estimated to fit."""
     return math.ceil(estimated_peak_gb(parameter_bytes))
+
+
+def concurrency_for(memory_gb: float, asked: int) -> int:
+    """How many jobs at once a worker with ``memory_gb`` runs when ``asked`` for that many: fewer where
+    each would keep less than ``JOB_MEMORY_FLOOR_GB``, and never none."""
+    return max(1, min(asked, int(memory_gb // JOB_MEMORY_FLOOR_GB)))

@@ -1,4 +1,9 @@
-"""The CPU worker's Celery tasks: ``celery -A worker.tasks worker -Q lower,lower.long``.
+"""The CPU worker's Celery tasks: ``coverfarm worker`` (or ``celery -A worker.tasks worker -Q <queues>``
+with the queues of its stack and memory classes, ``coverfarm.routes.worker_queues``).
+
+A worker is of one stack (``COVERFARM_STACK``, else the detected one) and gives each job its share of
+memory (``COVERFARM_WORKER_MEMORY_GB``, else MemTotal; ``coverfarm worker`` sets the share): it registers
+both with its package versions, and runs no job of another stack or one that needs more memory.
 
 The task body imports no torch; the engine (``settings.engine``, by default ``worker.engine:analyze``)
 is imported on the first job a process runs. Results and job transitions go straight to the database
@@ -32,12 +37,16 @@ from coverfarm.periodic import Outage, Periodic
 from coverfarm.queues import LOWER_TASK, LowerMessage, make_celery
 from coverfarm.result import Options, ResultDocument
 from coverfarm.settings import Settings, get_settings
+from coverfarm.stack_detect import detect_stack
+from coverfarm.stacks import DEFAULT_STACK
 from orchestrator.artifacts import repository as artifacts
 from orchestrator.artifacts.store import ArtifactError, ArtifactStore, Stored
 from orchestrator.db import make_engine, make_sessionmaker, unit_of_work
 from orchestrator.jobs import service as jobs
 from orchestrator.workers import service as workers
 from worker import reuse
+from worker.memory import worker_memory_gb
+from worker.versions import versions
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +86,8 @@ class Runtime:
     sessions: sessionmaker[Session]
     celery: Celery
     pid: int
+    stack: str = DEFAULT_STACK
+    memory_gb: float | None = None  # each job's share; None: unknown (no MemTotal, no setting)
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:
@@ -96,8 +107,17 @@ def runtime() -> Runtime:
             _runtime.engine.dispose(close=False)
         settings = get_settings()
         engine = make_engine(settings)
-        _runtime = Runtime(settings, engine, make_sessionmaker(engine), app, os.getpid())
+        sessions = make_sessionmaker(engine)
+        _runtime = Runtime(settings, engine, sessions, app, os.getpid(), detect_stack(), _memory_gb())
     return _runtime
+
+
+def _memory_gb() -> float | None:
+    try:
+        return worker_memory_gb()
+    except ValueError as error:
+        log.warning("this worker's memory is unknown: %s", error)
+        return None
 
 
 @cache
@@ -252,7 +272,14 @@ def run_lower(job_id: int, worker: str, rt: Runtime) -> None:
         rt,
         f"starting job {job_id}",
         lambda session: jobs.start(
-            session, job_id, worker, rt.settings, pid=os.getpid(), attempt_alive=attempt_alive_here(worker)
+            session,
+            job_id,
+            worker,
+            rt.settings,
+            pid=os.getpid(),
+            attempt_alive=attempt_alive_here(worker),
+            worker_stack=rt.stack,
+            worker_memory_gb=rt.memory_gb,
         ),
     )
     if started is None:
@@ -263,7 +290,14 @@ def run_lower(job_id: int, worker: str, rt: Runtime) -> None:
         return
     out_dir = rt.settings.results_dir / f"job-{job_id}" / f"attempt-{started.attempt}"
     out_dir.mkdir(parents=True, exist_ok=True)
-    log.info("job %s attempt %s: %s on %s", job_id, started.attempt, started.policy, started.backend)
+    log.info(
+        "job %s attempt %s: %s on %s (stack %s)",
+        job_id,
+        started.attempt,
+        started.policy,
+        started.backend,
+        started.stack,
+    )
     with job_heartbeat(rt, job_id, started.attempt, worker):
         try:
             analyze = _engine(rt.settings.engine)
@@ -299,9 +333,10 @@ _beat: Periodic | None = None
 def _registered(sender: Any, **_kwargs: Any) -> None:
     global _beat
     queues = sorted(sender.app.amqp.queues.consume_from or sender.app.amqp.queues)
-    with runtime().transaction() as session:
-        workers.register(session, sender.hostname, queues)
-    _beat = worker_heartbeat(runtime(), sender.hostname)
+    rt = runtime()
+    with rt.transaction() as session:
+        workers.register(session, sender.hostname, queues, rt.stack, versions(), rt.memory_gb)
+    _beat = worker_heartbeat(rt, sender.hostname)
     _beat.start()
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -34,9 +35,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--port", type=int, help="port (COVERFARM_PORT, 8000)")
     serve.set_defaults(func=run_serve)
 
-    worker = sub.add_parser("worker", help="run a CPU worker on the lower and lower.long queues")
-    worker.add_argument("--queues", default="lower,lower.long", help="queues to take jobs from")
-    worker.add_argument("--concurrency", type=int, help="jobs at once (COVERFARM_WORKER_CONCURRENCY, 1)")
+    worker = sub.add_parser(
+        "worker", help="run a CPU worker on its stack's lower queues and those of the memory it has"
+    )
+    worker.add_argument(
+        "--stack", help="the stack this environment is (COVERFARM_STACK, else the detected one)"
+    )
+    worker.add_argument(
+        "--queues", help="queues to take jobs from (default: the stack's and its memory classes')"
+    )
+    worker.add_argument(
+        "--concurrency",
+        type=int,
+        help="jobs at once (COVERFARM_WORKER_CONCURRENCY, 1), fewer where each would get under 16 GB",
+    )
     worker.add_argument("--name", default="cpu@%h", help="worker name (Celery's %%h is the host name)")
     worker.set_defaults(func=run_worker)
 
@@ -61,6 +73,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     submit = sweep.add_parser("submit", help="submit policies x backends; --wait follows it to the end")
     submit.add_argument("--policies", required=True, help="comma-separated, e.g. act,vqbet")
     submit.add_argument("--backends", required=True, help="comma-separated, e.g. vulkan,xnnpack")
+    submit.add_argument(
+        "--stacks", help="comma-separated stacks to measure each cell on (default: the default stack)"
+    )
     submit.add_argument("--no-constant-prop", dest="constant_prop", action="store_false")
     submit.add_argument("--lowering", choices=["stock", "fast"], default="fast")
     submit.add_argument(
@@ -182,15 +197,42 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def run_worker(args: argparse.Namespace) -> int:
+    """A Celery worker of one stack: it takes its stack's queues and those of each memory class its
+    jobs' share of memory holds (``coverfarm.routes``), and registers the stack, its versions and that
+    memory."""
+    from coverfarm.routes import check_stack_name, worker_queues
+    from coverfarm.stack_detect import STACK_ENV, detect_stack
+    from worker.memory import MEMORY_ENV, concurrency_for, worker_memory_gb
+
+    if args.concurrency is not None and args.concurrency < 1:
+        raise UserError(f"--concurrency must be at least 1, got {args.concurrency}")
+    try:
+        stack = check_stack_name(args.stack) if args.stack is not None else detect_stack()
+        memory_gb = worker_memory_gb()
+    except ValueError as error:
+        raise UserError(str(error)) from None
     settings = _prepare(get_settings())
+    asked = args.concurrency or settings.worker_concurrency
+    concurrency = concurrency_for(memory_gb, asked)
+    per_job_gb = memory_gb / concurrency
+    # The worker's own processes (Celery's, the engine's stage children) read both from here: the stack
+    # it registers and checks jobs against, and the memory each job decides its weights by.
+    os.environ[STACK_ENV] = stack
+    os.environ[MEMORY_ENV] = repr(per_job_gb)
+    queues = args.queues or ",".join(worker_queues(stack, per_job_gb))
+    lowered = f" (asked for {asked}: {memory_gb:.1f} GB holds no more)" if concurrency < asked else ""
+    print(
+        f"coverfarm: worker of stack {stack}, {concurrency} job(s) at once{lowered}, "
+        f"{per_job_gb:.1f} GB each, on {queues}",
+        file=sys.stderr,
+    )
     from worker.tasks import app
 
-    concurrency = args.concurrency or settings.worker_concurrency
     app.worker_main(
         [
             "worker",
             "--queues",
-            args.queues,
+            queues,
             "--concurrency",
             str(concurrency),
             "--pool",
@@ -272,6 +314,8 @@ def run_submit(args: argparse.Namespace) -> int:
         body["reuse_unfinished"] = True
     if getattr(args, "device_classes", ""):
         body["device_classes"] = _names(args.device_classes)
+    if getattr(args, "stacks", None):
+        body["stacks"] = _names(args.stacks)
     url = args.url.rstrip("/")
     sweep = _request("POST", f"{url}/api/sweeps", _token(args), json=body).json()
     print(f"sweep {sweep['id']}: {len(sweep['cells'])} cells queued", file=sys.stderr)
@@ -283,38 +327,82 @@ def run_submit(args: argparse.Namespace) -> int:
     return 0
 
 
+# A sweep whose every pending cell waits for a worker (of a stack, or a memory class, that no online
+# worker serves) is followed this long, then left: nothing in it moves until such a worker comes.
+STALL_GRACE_S = 30.0
+DEVICE_STAGES = ("run:", "baseline:")  # orchestrator.models.DEVICE_STAGE_PREFIXES
+
+
 def _wait(url: str, sweep_id: int) -> None:
-    """Follow the sweep's event stream until no cell is queued or running."""
+    """Follow the sweep's event stream until no cell is queued or running, or until every pending cell
+    has waited ``STALL_GRACE_S`` for a worker that is not there (said on stderr)."""
+    stalled_since: float | None = None
+
+    def over() -> bool:
+        nonlocal stalled_since
+        sweep = _state(url, sweep_id)
+        if sweep["state"] in DONE_STATES:
+            return True
+        reasons = waits_for_workers(sweep)
+        if reasons is None:
+            stalled_since = None
+            return False
+        stalled_since = stalled_since or time.monotonic()
+        if time.monotonic() - stalled_since < STALL_GRACE_S:
+            return False
+        print(f"coverfarm: sweep {sweep_id} stops here: {'; '.join(reasons)}", file=sys.stderr)
+        return True
+
     while True:
         try:
             with httpx.stream(
                 "GET", f"{url}/api/events", params={"sweep": sweep_id}, timeout=httpx.Timeout(10, read=60)
             ) as stream:
                 # Subscribed first, then read the state: a change in between arrives as an event.
-                if _state(url, sweep_id) in DONE_STATES:
+                if over():
                     return
                 for line in stream.iter_lines():
-                    if line.startswith("data:") and _state(url, sweep_id) in DONE_STATES:
+                    # Nothing happens while every cell waits for a worker: the keep-alives tell the time.
+                    quiet = stalled_since is not None and line.startswith(":")
+                    if (line.startswith("data:") or quiet) and over():
                         return
         except httpx.TransportError as error:
             print(f"coverfarm: event stream interrupted ({error}); reconnecting", file=sys.stderr)
             time.sleep(1)
 
 
-def _state(url: str, sweep_id: int) -> str:
-    sweep = _request("GET", f"{url}/api/sweeps/{sweep_id}").json()
+def waits_for_workers(sweep: dict[str, Any]) -> list[str] | None:
+    """Why the running sweep's pending cells wait, when each of them waits for a worker no online one is
+    and no device job is pending (None otherwise: something can still move)."""
+    pending = [cell for cell in sweep["cells"] if cell["pending"]]
+    if sweep["state"] != "running" or not pending or any(not cell.get("waiting") for cell in pending):
+        return None
+    if any(
+        job["stage"].startswith(DEVICE_STAGES) and job["status"] in ("queued", "running")
+        for cell in sweep["cells"]
+        for job in cell["jobs"]
+    ):
+        return None
+    return sorted({str(cell["waiting"]) for cell in pending})
+
+
+def _state(url: str, sweep_id: int) -> dict[str, Any]:
+    sweep: dict[str, Any] = _request("GET", f"{url}/api/sweeps/{sweep_id}").json()
     print(f"sweep {sweep_id}: {sweep['state']} {json.dumps(sweep['counts'])}", file=sys.stderr)
-    return str(sweep["state"])
+    return sweep
 
 
 def run_status(args: argparse.Namespace) -> int:
     sweep = _request("GET", f"{args.url.rstrip('/')}/api/sweeps/{args.id}").json()
     print(f"sweep {sweep['id']}: {sweep['state']} {json.dumps(sweep['counts'])}")
+    stacks = len(sweep.get("stacks", [])) > 1
     for cell in sweep["cells"]:
         job = cell["jobs"][-1] if cell["jobs"] else {}
         marker = f" {tracker.PENDING}" if cell["pending"] else ""
-        reason = f"  ({job.get('status_reason')})" if job.get("status_reason") else ""
-        print(f"  {cell['policy']:<16} {cell['backend']:<10} {cell['state']}{marker}{reason}")
+        why = cell.get("waiting") or job.get("status_reason")
+        reason = f"  ({why})" if why else ""
+        stack = f" {cell['stack']:<12}" if stacks else ""
+        print(f"  {cell['policy']:<16} {cell['backend']:<10}{stack} {cell['state']}{marker}{reason}")
     return 0
 
 

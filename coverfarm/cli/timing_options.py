@@ -19,7 +19,8 @@ from gpu_runner.result import TimingRules
 # option -> (TimingRules field, type, what it is)
 OPTIONS = {
     "--warmup": ("warmup", int, "untimed chunks at most, fewer once they took --min-seconds"),
-    "--min-chunks": ("min_chunks", int, "timed chunks at least"),
+    "--min-chunks": ("min_chunks", int, "timed samples at least"),
+    "--min-sample-ms": ("min_sample_ms", float, "shorter chunks are timed several to a sample"),
     "--min-seconds": ("min_s", float, "timed seconds at least"),
     "--max-seconds": ("max_s", float, "timed seconds at most, per replica, whatever the count"),
     "--replicas": ("replicas", int, "replicas, each in a fresh process"),

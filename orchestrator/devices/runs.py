@@ -268,7 +268,12 @@ def import_baseline(session: Session, document: dict[str, Any], settings: Settin
             "device",
             sweep_id=cell.sweep_id,
             cell_id=cell.id,
-            payload={"device_class": device_class, "status": baseline.status, "source": "import-baseline"},
+            payload={
+                "device_class": device_class,
+                "status": baseline.status,
+                "source": "import-baseline",
+                "stack": cell.stack,
+            },
         )
     return Imported(
         kind="baseline",
@@ -324,7 +329,12 @@ def import_result(session: Session, document: dict[str, Any], settings: Settings
             "device",
             sweep_id=cell.sweep_id,
             cell_id=cell.id,
-            payload={"device_class": result.device_class, "status": result.status, "source": "import"},
+            payload={
+                "device_class": result.device_class,
+                "status": result.status,
+                "source": "import",
+                "stack": cell.stack,
+            },
         )
     return Imported(
         runner_id=runner.id,

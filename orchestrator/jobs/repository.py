@@ -26,6 +26,12 @@ def upsert_result(session: Session, values: dict[str, Any]) -> None:
     session.execute(statement.on_conflict_do_update(index_elements=[Result.job_id], set_=replace))
 
 
+def stored_result(session: Session, job_id: int) -> tuple[dict[str, Any], int] | None:
+    """(document, attempt) of the job's stored result, as the database has it now."""
+    row = session.execute(select(Result.document, Result.attempt).where(Result.job_id == job_id)).first()
+    return None if row is None else (row[0], row[1])
+
+
 def result_with_key(
     session: Session, key: str, other_than_job: int, statuses: list[str]
 ) -> tuple[dict[str, Any], int, int] | None:

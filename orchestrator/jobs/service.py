@@ -15,10 +15,11 @@ from datetime import timedelta
 
 from sqlalchemy.orm import Session
 
-from coverfarm import device_classes
-from coverfarm.queues import QUEUE_LOWER_LONG, DeviceMessage, LowerMessage, baseline_queue, device_queue
-from coverfarm.result import Options, ResultDocument, ReusedFrom, StageStatus, error_line
+from coverfarm import device_classes, routes
+from coverfarm.queues import DeviceMessage, LowerMessage, baseline_queue, device_queue
+from coverfarm.result import Options, ResultDocument, ReusedFrom, StageStatus, error_line, fake_weight_run
 from coverfarm.settings import Settings
+from coverfarm.stacks import DEFAULT_STACK
 from orchestrator.artifacts import repository as artifacts
 from orchestrator.db import Outgoing, enqueue_after_commit
 from orchestrator.devices.repository import baseline_classes
@@ -26,11 +27,14 @@ from orchestrator.jobs import repository
 from orchestrator.jobs.transitions import TERMINAL, lock_job, transition
 from orchestrator.models import DEVICE_STAGE_PREFIXES, Cell, Job, JobAttempt, JobStatus, utcnow
 from orchestrator.workers import service as workers
+from orchestrator.workers.service import Live
 
 log = logging.getLogger(__name__)
 
 STAGE_LOWER = "lower"
 STAGE_LOWER_LONG = "lower.long"
+# A job attempt's outcome when it measured fake weights and its job went to a worker with more memory.
+REQUEUED = "requeued"
 DEVICE_STAGE_PREFIX, BASELINE_STAGE_PREFIX = DEVICE_STAGE_PREFIXES
 DOC_STATUS = {
     StageStatus.OK: JobStatus.OK,
@@ -51,15 +55,53 @@ class StartedJob:
     options: Options
     fresh: bool = False  # the sweep forces a run even where a stored result has the cell's reuse key
     reuse_unfinished: bool = False  # the sweep lets stored slow and failed results be reused too
+    stack: str = DEFAULT_STACK  # the cell's stack (coverfarm.stacks)
 
 
-def create(session: Session, cell: Cell, stage: str, queue: str, timeout_s: float) -> Job:
+def create(
+    session: Session, cell: Cell, stage: str, queue: str, timeout_s: float, memory_gb: float | None = None
+) -> Job:
+    """A queued job, sent after commit. A lower job's ``queue`` is its route's (``lower_queue_of``)
+    whatever is passed: ``create_lower`` says so."""
     # New jobs start queued; every later status change goes through transitions.transition.
-    job = Job(cell=cell, stage=stage, queue=queue, timeout_s=timeout_s, status=JobStatus.QUEUED, attempt=0)
+    job = Job(
+        cell=cell,
+        stage=stage,
+        queue=queue,
+        timeout_s=timeout_s,
+        memory_gb=memory_gb,
+        status=JobStatus.QUEUED,
+        attempt=0,
+    )
     session.add(job)
     session.flush()
     _send(session, job)
     return job
+
+
+def create_lower(
+    session: Session, cell: Cell, stage: str, timeout_s: float, memory_gb: float | None = None
+) -> Job:
+    """A lower job (``STAGE_LOWER`` or ``STAGE_LOWER_LONG``) of ``cell``, routed to its stack's queue
+    and, with ``memory_gb``, to a worker of that memory class."""
+    long = stage == STAGE_LOWER_LONG
+    queue = routes.lower_queue(cell.stack, long=long, memory_gb=routes.memory_class(memory_gb))
+    return create(session, cell, stage, queue, timeout_s, memory_gb)
+
+
+def lower_queue_of(job: Job) -> str:
+    """The queue a lower job goes to (``coverfarm.routes``): its cell's stack, whether it is the longer
+    re-run of a slow result, and the memory class of its need."""
+    long = job.stage == STAGE_LOWER_LONG
+    return routes.lower_queue(job.cell.stack, long=long, memory_gb=routes.memory_class(job.memory_gb))
+
+
+def waiting(job: Job, live: Live) -> str | None:
+    """Why a queued lower job waits when no online worker takes its queue (no worker of its stack, or
+    none of its memory class); None when one does, and for running, ended and device jobs."""
+    if job.status is not JobStatus.QUEUED or device_class_of(job) is not None or job.queue in live.queues:
+        return None
+    return routes.waiting_reason(job.cell.stack, job.memory_gb, live.stacks)
 
 
 def device_stage(device_class: str) -> str:
@@ -97,6 +139,9 @@ def _send(session: Session, job: Job) -> None:
     if device_class is not None:
         message = DeviceMessage(job_id=job.id, device_class=device_class)
     else:
+        # Routed at every send, the reconciler's included, from what the jobs table holds: a job stored
+        # under an older route (or a broker that lost it) goes where the routing says now.
+        job.queue = lower_queue_of(job)
         message = LowerMessage(job_id=job.id, policy=job.cell.policy, backend=job.cell.backend)
     enqueue_after_commit(session, Outgoing(message, job.queue, job.timeout_s))
 
@@ -127,9 +172,17 @@ def start(
     *,
     pid: int | None = None,
     attempt_alive: AttemptAlive | None = None,
+    worker_stack: str | None = None,
+    worker_memory_gb: float | None = None,
 ) -> StartedJob | None:
     """Claim a job for process ``pid`` of ``worker``; None when there is nothing to run (done,
-    cancelled, running elsewhere).
+    cancelled, running elsewhere, or not this worker's to run).
+
+    ``worker_stack`` and ``worker_memory_gb`` (each job's share) are the worker's: a lower job of
+    another stack, or one that needs more memory, is not run here. Its message came by a route that is
+    no longer the job's (a stack's queues renamed, say): the job is sent where it belongs now, or,
+    when that is the queue it came from (a worker told to take queues not its own), left queued for
+    the reconciler to send again.
 
     A message for a job that is already running is a duplicate, unless the running attempt is dead:
     ``attempt_alive(worker, pid)`` answers for the running attempt's process when the caller can see it
@@ -155,6 +208,14 @@ def start(
             reason = f"{job.worker} stopped heartbeating"
         if not _lose_attempt(session, job, reason, settings):
             return None
+    wrong = _not_for(job, worker_stack, worker_memory_gb)
+    if wrong is not None:
+        if lower_queue_of(job) != job.queue:
+            log.warning("job %s: %s; sending it to %s", job_id, wrong, lower_queue_of(job))
+            _send(session, job)
+        else:
+            log.error("job %s: %s, yet it came on its own queue %s; left queued", job_id, wrong, job.queue)
+        return None
     job.attempt += 1
     job.worker = worker
     job.worker_pid = pid
@@ -173,7 +234,19 @@ def start(
         options,
         fresh=sweep.fresh,
         reuse_unfinished=sweep.reuse_unfinished,
+        stack=job.cell.stack,
     )
+
+
+def _not_for(job: Job, stack: str | None, memory_gb: float | None) -> str | None:
+    """Why a worker of ``stack`` with ``memory_gb`` per job must not run lower job ``job`` (None: it may)."""
+    if device_class_of(job) is not None:
+        return None
+    if stack is not None and stack != job.cell.stack:
+        return f"the cell is of stack {job.cell.stack}, this worker of {stack}"
+    if job.memory_gb is not None and memory_gb is not None and memory_gb < job.memory_gb:
+        return f"it needs {job.memory_gb:g} GB, this worker has {memory_gb:g} GB per job"
+    return None
 
 
 def heartbeat(session: Session, job_id: int, attempt: int, worker: str) -> bool:
@@ -214,6 +287,12 @@ def finish(
     job = _current(session, job_id, attempt)
     if job is None:
         return
+    stored = repository.stored_result(session, job.id) if job.memory_gb is not None else None
+    if stored is not None:
+        # The real-weight run of a cell first measured with fake weights: keep what that one measured.
+        earlier = ResultDocument.model_validate(stored[0])
+        if earlier.needs_bigger_worker() is not None and doc.needs_bigger_worker() is None:
+            doc.fake_weight_run = fake_weight_run(earlier, doc, job.id, stored[1])
     status = DOC_STATUS[doc.status]
     repository.upsert_result(
         session,
@@ -232,6 +311,8 @@ def finish(
             "reuse_key": reuse_key,
         },
     )
+    if _to_bigger_worker(session, job, doc):
+        return
     _close_attempt(session, job, status.value)
     if doc.reused_from is not None:
         source = doc.reused_from
@@ -240,11 +321,37 @@ def finish(
         reason = f"attempt {attempt} stored its result ({doc.status.value})"
     transition(session, job, status, reason)
     if status is JobStatus.SLOW and job.stage == STAGE_LOWER:
-        # docs/design.md: a stage that runs out of its bound is re-run once with a longer one.
-        create(session, job.cell, STAGE_LOWER_LONG, QUEUE_LOWER_LONG, settings.long_timeout_s)
+        # docs/design.md: a stage that runs out of its bound is re-run once with a longer one, on a
+        # worker of the same memory class.
+        create_lower(session, job.cell, STAGE_LOWER_LONG, settings.long_timeout_s, job.memory_gb)
     if status is JobStatus.OK and doc.bundle is not None and artifacts.known(session, doc.bundle.sha256):
         # Sent after commit, like every job: a runner never claims a job whose row does not exist.
         create_device_jobs(session, job.cell, settings)
+
+
+def _to_bigger_worker(session: Session, job: Job, doc: ResultDocument) -> bool:
+    """Send a locked running job whose attempt fell back to fake weights (the policy did not fit its
+    worker) to a worker of the memory class its real weights need; False when it is not such a job,
+    already was sent so once, or needs more than the largest class (its fake-weight result then stands).
+
+    Its stored fake-weight result stays, and is what the cell shows, until the real-weight attempt's
+    result replaces it (``finish``, which keeps the fake-weight numbers in ``fake_weight_run``)."""
+    need = doc.needs_bigger_worker()
+    if need is None or job.memory_gb is not None:
+        return False
+    try:
+        size = routes.memory_class(need)
+    except routes.NoMemoryClass as error:
+        log.warning(
+            "job %s needs a worker no memory class holds (%s); its fake-weight result stands", job.id, error
+        )
+        return False
+    _close_attempt(session, job, REQUEUED)
+    job.memory_gb = float(need)
+    reason = f"attempt {job.attempt} measured fake weights; real ones need {need} GB: to a ≥ {size} GB worker"
+    transition(session, job, JobStatus.QUEUED, reason)
+    _send(session, job)
+    return True
 
 
 def reusable(session: Session, key: str, job_id: int, unfinished: bool) -> ResultDocument | None:

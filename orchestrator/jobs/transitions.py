@@ -2,7 +2,9 @@
 
     queued → running → ok | slow | failed | cancelled
     queued → cancelled
-    running → queued        (its worker stopped heartbeating; the reconciler sends it again)
+    running → queued        (its worker stopped heartbeating; the reconciler sends it again. Or its
+                             attempt fell back to fake weights on a worker without the memory: it is
+                             sent to a worker of the memory class its real weights need)
 
 Every transition runs on a row locked with SELECT ... FOR UPDATE (SQLite has no row locks, but its
 writers are serialised on the whole file), records why it happened and writes an event in the same
@@ -66,5 +68,12 @@ def transition(session: Session, job: Job, to: JobStatus, reason: str) -> None:
         sweep_id=job.cell.sweep_id,
         cell_id=job.cell_id,
         job_id=job.id,
-        payload={"from": previous.value, "status": to.value, "reason": reason, "attempt": job.attempt},
+        payload={
+            "from": previous.value,
+            "status": to.value,
+            "reason": reason,
+            "attempt": job.attempt,
+            "stage": job.stage,
+            "stack": job.cell.stack,
+        },
     )

@@ -17,6 +17,7 @@ from coverfarm.result import Options, ResultDocument
 from orchestrator.devices.grid import device_inputs
 from orchestrator.models import Cell, Sweep
 from orchestrator.sweeps.service import cpu_jobs
+from orchestrator.workers.service import Live, live
 
 
 def latest_document(cell: Cell) -> ResultDocument | None:
@@ -27,10 +28,17 @@ def latest_document(cell: Cell) -> ResultDocument | None:
     return None
 
 
-def view_of(cell: Cell, devices: Sequence[DeviceInput] = ()) -> CellView:
+def view_of(cell: Cell, devices: Sequence[DeviceInput] = (), live: Live | None = None) -> CellView:
+    """The cell's view; with ``live`` (``workers.service.live``) a cell that waits for a worker says so."""
     options = Options.model_validate(cell.options)
     typed = CellInput(
-        cell.policy, cell.backend, options, latest_document(cell), cpu_jobs(cell), list(devices), cell.stack
+        cell.policy,
+        cell.backend,
+        options,
+        latest_document(cell),
+        cpu_jobs(cell, live),
+        list(devices),
+        cell.stack,
     )
     return build(typed)
 
@@ -41,9 +49,11 @@ def plain_views(sweep: Sweep) -> dict[int, CellView]:
 
 
 def sweep_views(session: Session, sweep: Sweep) -> dict[int, CellView]:
-    """Cell id -> view, with a device column per device class of the sweep."""
+    """Cell id -> view, with a device column per device class of the sweep, and why a cell waits for a
+    worker when it does."""
     inputs = device_inputs(session, sweep.cells, sweep.device_classes)
-    return {cell.id: view_of(cell, inputs[cell.id]) for cell in sweep.cells}
+    online = live(session)
+    return {cell.id: view_of(cell, inputs[cell.id], online) for cell in sweep.cells}
 
 
 def sweep_stacks(sweep: Sweep) -> list[str]:

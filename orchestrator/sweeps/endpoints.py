@@ -22,6 +22,7 @@ from orchestrator.sweeps.schemas import (
     SweepPublic,
     SweepSummary,
 )
+from orchestrator.workers import service as workers
 
 router = APIRouter(tags=["sweeps"], route_class=StrictJSONRoute)
 ADMIN = responses(401, 413)
@@ -30,7 +31,7 @@ ADMIN = responses(401, 413)
 @router.post("/sweeps", status_code=status.HTTP_201_CREATED, dependencies=[AdminDep], responses=ADMIN)
 def create_sweep(body: SweepCreate, session: SessionDep, settings: SettingsDep) -> SweepPublic:
     sweep = service.create(session, settings, body)
-    return service.sweep_view(service.get(session, sweep.id))
+    return service.sweep_view(service.get(session, sweep.id), workers.live(session))
 
 
 @router.get("/sweeps")
@@ -48,7 +49,7 @@ def list_sweeps(
 
 @router.get("/sweeps/{sweep_id:int}", responses=responses(404))
 def get_sweep(sweep_id: Id, session: SessionDep) -> SweepPublic:
-    return service.sweep_view(service.get(session, sweep_id))
+    return service.sweep_view(service.get(session, sweep_id), workers.live(session))
 
 
 @router.get("/sweeps/{sweep_id:int}/summary", responses=responses(404))
@@ -78,7 +79,7 @@ def sweep_cells(
 
 @router.post("/sweeps/{sweep_id:int}/cancel", dependencies=[AdminDep], responses=responses(401, 404))
 def cancel_sweep(sweep_id: Id, session: SessionDep) -> SweepPublic:
-    return service.sweep_view(service.cancel(session, sweep_id))
+    return service.sweep_view(service.cancel(session, sweep_id), workers.live(session))
 
 
 @router.get(
@@ -100,4 +101,4 @@ def sweep_report(
 
 @router.get("/cells/{cell_id:int}", responses=responses(404))
 def get_cell(cell_id: Id, session: SessionDep) -> CellPublic:
-    return service.cell_view(service.get_cell(session, cell_id))
+    return service.cell_view(service.get_cell(session, cell_id), workers.live(session))

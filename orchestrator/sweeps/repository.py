@@ -45,20 +45,22 @@ _DEVICE_STAGE = or_(*(Job.stage.startswith(prefix) for prefix in DEVICE_STAGE_PR
 
 
 def cell_states(where: ColumnElement[bool]) -> Subquery:
-    """Per cell matching ``where``: id, sweep_id, policy, backend, state and pending, derived in the
-    database by ``sweeps.state.cell_state_sql`` from its CPU jobs (device jobs have their own columns)."""
+    """Per cell matching ``where``: id, sweep_id, policy, backend, stack, state and pending, derived in
+    the database by ``sweeps.state.cell_state_sql`` from its CPU jobs (device jobs have their own
+    columns)."""
     per_cell = (
         select(
             Cell.id.label("cell_id"),
             Cell.sweep_id,
             Cell.policy,
             Cell.backend,
+            Cell.stack,
             func.max(Job.id).label("latest"),
             func.max(case((Job.status == JobStatus.SLOW, 1), else_=0)).label("any_slow"),
         )
         .outerjoin(Job, (Job.cell_id == Cell.id) & ~_DEVICE_STAGE)
         .where(where)
-        .group_by(Cell.id, Cell.sweep_id, Cell.policy, Cell.backend)
+        .group_by(Cell.id, Cell.sweep_id, Cell.policy, Cell.backend, Cell.stack)
         .subquery()
     )
     latest = Job.__table__.alias("latest_job")
@@ -69,6 +71,7 @@ def cell_states(where: ColumnElement[bool]) -> Subquery:
             per_cell.c.sweep_id,
             per_cell.c.policy,
             per_cell.c.backend,
+            per_cell.c.stack,
             state.label("state"),
             pending.label("pending"),
         )
@@ -189,7 +192,8 @@ def cell_page(
     state: str | None = None,
 ) -> tuple[int, list[tuple[Any, ...]]]:
     """(cells matching in all, one page of them in cell order): each row the cell's id, policy,
-    backend, state and pending, and its latest result's columns (all None without one), no document."""
+    backend, stack, state and pending, and its latest result's columns (all None without one), no
+    document."""
     where = and_(
         Cell.sweep_id == sweep_id,
         *([Cell.policy == policy] if policy is not None else []),
@@ -203,6 +207,7 @@ def cell_page(
             states.c.cell_id,
             states.c.policy,
             states.c.backend,
+            states.c.stack,
             states.c.state,
             states.c.pending,
             func.count().over().label("total"),
@@ -226,4 +231,4 @@ def cell_page(
         ).all()
     }
     empty = (None,) * len(columns)
-    return total, [(*tuple(row)[:5], *results.get(row.cell_id, empty)) for row in page]
+    return total, [(*tuple(row)[:6], *results.get(row.cell_id, empty)) for row in page]

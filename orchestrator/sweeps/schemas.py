@@ -5,15 +5,19 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from coverfarm.result import Options, ResultDocument
+from coverfarm.routes import check_stack_name
 from coverfarm.stacks import DEFAULT_STACK
 from orchestrator.inputs import Flag, Number
 from orchestrator.models import JobStatus
 
 # A policy, backend or device class name: the columns that keep them are 64 characters wide.
 Name = Annotated[str, Field(min_length=1, max_length=64)]
+# A stack name (coverfarm.stacks) is part of its queues' names (coverfarm.routes), so it is held to
+# their rule.
+StackName = Annotated[str, Field(strict=True), AfterValidator(check_stack_name)]
 
 
 class SweepOptions(BaseModel):
@@ -43,8 +47,10 @@ class SweepCreate(BaseModel):
     # key; reuse_unfinished lets cells take stored slow and failed results too, not only ok ones.
     fresh: Flag = False
     reuse_unfinished: Flag = False
+    # The stacks to measure, each cell once per stack; a stack no live worker serves waits for one.
+    stacks: list[StackName] = Field(default_factory=lambda: [DEFAULT_STACK], min_length=1, max_length=20)
 
-    @field_validator("policies", "backends", "device_classes")
+    @field_validator("policies", "backends", "device_classes", "stacks")
     @classmethod
     def _no_duplicates(cls, names: list[str]) -> list[str]:
         seen: set[str] = set()
@@ -64,6 +70,7 @@ class JobPublic(BaseModel):
     stage: str
     queue: str
     status: JobStatus
+    memory_gb: float | None = None  # a lower job's memory need, routing it to a memory class
     status_reason: str | None
     attempt: int
     worker: str | None
@@ -105,6 +112,9 @@ class CellPublic(BaseModel):
     # The latest job's status, except "slow" while the slow result's longer re-run is pending.
     state: JobStatus
     pending: bool  # queued or running: the grid and report show ⏳
+    # Why its queued lower job waits: no live worker of its stack ("waiting for a worker of stack
+    # et-1.4.1"), or of its memory class ("waiting for a ≥ 64 GB worker of stack et-1.5.1").
+    waiting: str | None = None
     result: ResultPublic | None
     jobs: list[JobPublic]
 
@@ -116,6 +126,7 @@ class SweepSummary(BaseModel):
     timeout_s: float
     policies: list[str]
     backends: list[str]
+    stacks: list[str] = Field(default_factory=lambda: [DEFAULT_STACK])
     device_classes: list[str] = Field(default_factory=list)
     fresh: bool = False
     reuse_unfinished: bool = False
@@ -134,6 +145,7 @@ class CellBrief(BaseModel):
     id: int
     policy: str
     backend: str
+    stack: str = DEFAULT_STACK
     state: JobStatus
     pending: bool
     result: ResultBrief | None

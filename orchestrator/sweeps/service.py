@@ -7,16 +7,15 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from coverfarm import device_classes
+from coverfarm import device_classes, routes
 from coverfarm.cell_build import CpuJobs
-from coverfarm.queues import QUEUE_LOWER
 from coverfarm.result import Options
 from coverfarm.settings import Settings
 from orchestrator.errors import Invalid, NotFound
 from orchestrator.events.repository import emit
 from orchestrator.jobs import service as jobs
 from orchestrator.jobs.repository import pending_of_sweep
-from orchestrator.models import DEVICE_STAGE_PREFIXES, PENDING_STATUSES, Cell, JobStatus, Sweep, utcnow
+from orchestrator.models import DEVICE_STAGE_PREFIXES, PENDING_STATUSES, Cell, Job, JobStatus, Sweep, utcnow
 from orchestrator.sweeps import repository
 from orchestrator.sweeps import state as derived
 from orchestrator.sweeps.schemas import (
@@ -33,6 +32,7 @@ from orchestrator.sweeps.schemas import (
     SweepPublic,
     SweepSummary,
 )
+from orchestrator.workers.service import Live
 
 
 def _check(body: SweepCreate, settings: Settings) -> None:
@@ -96,6 +96,7 @@ def create(session: Session, settings: Settings, body: SweepCreate) -> Sweep:
         device_classes=body.device_classes,
         fresh=body.fresh,
         reuse_unfinished=body.reuse_unfinished,
+        stacks=body.stacks,
     )
     session.add(sweep)
     session.flush()
@@ -112,9 +113,12 @@ def create(session: Session, settings: Settings, body: SweepCreate) -> Sweep:
     for policy in body.policies:
         for backend in body.backends:
             cell_options = by_backend[backend].model_dump(mode="json")
-            cell = Cell(sweep=sweep, policy=policy, backend=backend, options=cell_options)
-            session.add(cell)
-            jobs.create(session, cell, jobs.STAGE_LOWER, QUEUE_LOWER, timeout_s)
+            for stack in body.stacks:
+                cell = Cell(sweep=sweep, policy=policy, backend=backend, stack=stack, options=cell_options)
+                session.add(cell)
+                # Routed to the stack's queue (coverfarm.routes); with no live worker of the stack it
+                # waits there, and its view says so.
+                jobs.create_lower(session, cell, jobs.STAGE_LOWER, timeout_s)
     emit(session, "sweep", sweep_id=sweep.id, payload={"state": "created", "cells": len(sweep.cells)})
     return sweep
 
@@ -154,22 +158,37 @@ def cell_state(cell: Cell) -> tuple[JobStatus, bool]:
     )
 
 
-def cpu_jobs(cell: Cell) -> CpuJobs:
-    """What the cell's CPU jobs say, for its view: the state rule's answer, and its latest job."""
-    state, pending = cell_state(cell)
+def _latest_cpu_job(cell: Cell) -> Job | None:
     cpu = [job for job in cell.jobs if jobs.device_class_of(job) is None]
-    latest = cpu[-1] if cpu else None
+    return cpu[-1] if cpu else None
+
+
+def waiting(cell: Cell, live: Live | None) -> str | None:
+    """Why the cell's queued lower job waits for a worker (``jobs.service.waiting``); None when a live
+    worker takes it, when nothing is queued, and when ``live`` is not known."""
+    latest = _latest_cpu_job(cell)
+    return jobs.waiting(latest, live) if latest is not None and live is not None else None
+
+
+def cpu_jobs(cell: Cell, live: Live | None = None) -> CpuJobs:
+    """What the cell's CPU jobs say, for its view: the state rule's answer, and its latest job (with
+    ``live``, the online workers, also whether it waits for one)."""
+    state, pending = cell_state(cell)
+    latest = _latest_cpu_job(cell)
     running = latest is not None and latest.status is JobStatus.RUNNING
+    memory = routes.memory_class(latest.memory_gb) if latest is not None else None
     return CpuJobs(
         pending=pending,
         cancelled=state is JobStatus.CANCELLED,
         running=running,
         since=latest.started_at if latest is not None and running else None,
         cause=jobs.cause(latest) if latest is not None else None,
+        waiting=waiting(cell, live),
+        memory_class_gb=memory if pending else None,
     )
 
 
-def cell_view(cell: Cell) -> CellPublic:
+def cell_view(cell: Cell, live: Live | None = None) -> CellPublic:
     state, pending = cell_state(cell)
     results = [job.result for job in cell.jobs if job.result is not None]
     return CellPublic(
@@ -181,6 +200,7 @@ def cell_view(cell: Cell) -> CellPublic:
         options=cell.options,
         state=state,
         pending=pending,
+        waiting=waiting(cell, live),
         result=ResultPublic.model_validate(results[-1]) if results else None,
         jobs=[JobPublic.model_validate(job) for job in cell.jobs],
     )
@@ -211,6 +231,7 @@ def _summary_fields(sweep: Sweep, cells: list[CellPublic]) -> dict[str, Any]:
         "timeout_s": sweep.timeout_s,
         "policies": list(dict.fromkeys(cell.policy for cell in cells)),
         "backends": list(dict.fromkeys(cell.backend for cell in cells)),
+        "stacks": list(sweep.stacks),
         "device_classes": list(sweep.device_classes),
         "fresh": sweep.fresh,
         "reuse_unfinished": sweep.reuse_unfinished,
@@ -224,8 +245,9 @@ def summary_view(sweep: Sweep) -> SweepSummary:
     return SweepSummary(**_summary_fields(sweep, [cell_view(cell) for cell in sweep.cells]))
 
 
-def sweep_view(sweep: Sweep) -> SweepPublic:
-    cells = [cell_view(cell) for cell in sweep.cells]
+def sweep_view(sweep: Sweep, live: Live | None = None) -> SweepPublic:
+    """The sweep with its cells; with ``live`` (``workers.service.live``) each waiting cell says why."""
+    cells = [cell_view(cell, live) for cell in sweep.cells]
     return SweepPublic(**_summary_fields(sweep, cells), cells=cells)
 
 
@@ -254,6 +276,7 @@ def _light_summary(sweep: Sweep, tally: repository.SweepTally) -> SweepSummary:
         timeout_s=sweep.timeout_s,
         policies=tally.policies,
         backends=tally.backends,
+        stacks=list(sweep.stacks),
         device_classes=list(sweep.device_classes),
         fresh=sweep.fresh,
         reuse_unfinished=sweep.reuse_unfinished,
@@ -322,7 +345,7 @@ def cells_page(
     )
     cells = []
     for row in rows:
-        cell_id, cell_policy, cell_backend, cell_state, pending, *result = row
+        cell_id, cell_policy, cell_backend, cell_stack, cell_state, pending, *result = row
         brief = (
             ResultBrief(**dict(zip(RESULT_COLUMNS, result, strict=True))) if result[0] is not None else None
         )
@@ -331,6 +354,7 @@ def cells_page(
                 id=cell_id,
                 policy=cell_policy,
                 backend=cell_backend,
+                stack=cell_stack,
                 state=JobStatus(cell_state),
                 pending=bool(pending),
                 result=brief,

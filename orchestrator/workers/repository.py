@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.dialects import postgresql, sqlite
@@ -12,15 +13,16 @@ from sqlalchemy.orm import Session
 from orchestrator.models import Worker, WorkerState, utcnow
 
 
-def insert_if_absent(session: Session, name: str, queues: list[str], reason: str) -> bool:
-    """Create the worker online (its initial state); False when a worker of that name exists."""
+def insert_if_absent(session: Session, name: str, facts: dict[str, Any], reason: str) -> bool:
+    """Create the worker online (its initial state) with ``facts`` (its queues, stack, versions and
+    memory); False when a worker of that name exists."""
     insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
     now = utcnow()
     inserted = session.scalar(
         insert(Worker)
         .values(
             name=name,
-            queues=queues,
+            **facts,
             state=WorkerState.ONLINE.value,
             state_reason=reason,
             state_changed_at=now,
@@ -48,3 +50,11 @@ def list_workers(session: Session, limit: int, offset: int) -> Sequence[Worker]:
 
 def count_workers(session: Session) -> int:
     return session.scalar(select(func.count()).select_from(Worker)) or 0
+
+
+def online_routes(session: Session) -> Sequence[tuple[str, list[str]]]:
+    """(stack, queues) of every online worker."""
+    rows = session.execute(
+        select(Worker.stack, Worker.queues).where(Worker.state == WorkerState.ONLINE.value)
+    ).all()
+    return [(stack, list(queues or [])) for stack, queues in rows]

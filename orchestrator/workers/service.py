@@ -8,11 +8,13 @@ silent for ``heartbeat_timeout_s`` offline; the next beat it sends brings it bac
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import timedelta
 
 from sqlalchemy.orm import Session
 
 from coverfarm.settings import Settings
+from coverfarm.stacks import DEFAULT_STACK
 from orchestrator.models import Worker, WorkerState, utcnow
 from orchestrator.workers import repository
 from orchestrator.workers.schemas import WorkerPublic
@@ -21,15 +23,33 @@ from orchestrator.workers.transitions import lock_worker, transition
 log = logging.getLogger(__name__)
 
 
-def register(session: Session, name: str, queues: list[str]) -> None:
-    """A worker process came up (or back): online, with the queues it consumes."""
-    if repository.insert_if_absent(session, name, queues, "registered"):
+@dataclass(frozen=True)
+class Live:
+    """What the online workers take: the queues (``coverfarm.routes``) and the stacks they serve."""
+
+    queues: frozenset[str] = frozenset()
+    stacks: frozenset[str] = frozenset()
+
+
+def register(
+    session: Session,
+    name: str,
+    queues: list[str],
+    stack: str = DEFAULT_STACK,
+    versions: dict[str, str] | None = None,
+    memory_gb: float | None = None,
+) -> None:
+    """A worker process came up (or back): online, with the queues it consumes, its stack, the package
+    versions of its environment and the memory each of its jobs can count on."""
+    facts = {"queues": queues, "stack": stack, "versions": versions, "memory_gb": memory_gb}
+    if repository.insert_if_absent(session, name, facts, "registered"):
         return
     worker = lock_worker(session, name)
     if worker is None:  # deleted between the two statements; nothing to bring back
         return
     now = utcnow()
     worker.queues, worker.started_at, worker.last_heartbeat = queues, now, now
+    worker.stack, worker.versions, worker.memory_gb = stack, versions, memory_gb
     if worker.state == WorkerState.OFFLINE:
         transition(session, worker, WorkerState.ONLINE, "started again")
     session.flush()
@@ -66,6 +86,15 @@ def mark_silent_offline(session: Session, settings: Settings) -> list[str]:
         )
         marked.append(worker.name)
     return marked
+
+
+def live(session: Session) -> Live:
+    """The queues and stacks of the workers online now (one query), for the cells that wait."""
+    routes = repository.online_routes(session)
+    return Live(
+        queues=frozenset(queue for _, queues in routes for queue in queues),
+        stacks=frozenset(stack for stack, _ in routes),
+    )
 
 
 def view(worker: Worker) -> WorkerPublic:

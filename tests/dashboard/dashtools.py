@@ -26,9 +26,12 @@ from coverfarm.result import (
     StageStatus,
     TraceInfo,
 )
+from coverfarm.routes import worker_queues
 from coverfarm.settings import Settings
+from coverfarm.stacks import DEFAULT_STACK
 from orchestrator.db import unit_of_work
 from orchestrator.jobs import service as jobs
+from orchestrator.workers import service as workers
 
 OK = StageResult(status=StageStatus.OK, seconds=1.5)
 TEST_WORKER = "dashboard-test@here"
@@ -137,6 +140,14 @@ def start_job(session: Session, settings: Settings, job_id: int) -> int:
     started = jobs.start(session, job_id, TEST_WORKER, settings)
     assert started is not None, f"job {job_id} could not be started"
     return started.attempt
+
+
+def worker_online(sessions: Callable[[], Session], settings: Settings) -> None:
+    """``TEST_WORKER`` online on the default stack's lower queues, as a farm has one: its queued cells
+    wait for their turn, not for a worker ("no worker")."""
+    with unit_of_work(sessions, make_celery(settings)) as session:
+        queues = worker_queues(DEFAULT_STACK, 24.0)
+        workers.register(session, TEST_WORKER, queues, DEFAULT_STACK, None, 24.0)
 
 
 def store(sessions: Callable[[], Session], settings: Settings, job_id: int, doc: ResultDocument) -> None:

@@ -3,10 +3,11 @@ files of the stack-aware renderings (test_golden_stacks.py): the grid of one sta
 side, the report's bodies per stack, the diff of two stacks of one sweep and across sweeps, and the
 progress view (page, plot, Markdown, JSON).
 
-The sweep API names no stack yet, so the sweep is submitted as the API takes it (its cells are of the
-default stack, et-1.5.1) and the cells of the second stack, with their lower jobs, are added in the
-database beside them, as the orchestrator stores a sweep that names two stacks. The sweep names
-et-1.5.1 first, so the progress view's release order (oldest first) is its own, not the sweep's.
+The sweep is submitted for the default stack, et-1.5.1, and the cells of the second stack, with their
+lower jobs (routed to that stack's queue by jobs.create), are added in the database beside them, as a
+sweep that names two stacks stores them: so that one policy and backend can be a cell of one stack
+only, which the API never makes. The sweep names et-1.5.1 first, so the progress view's release order
+(oldest first) is its own, not the sweep's. No CPU worker runs: a cell left queued waits for a worker.
 
 Per (policy, backend) from et-1.4.1 to et-1.5.1:
 - act on Vulkan: more ops on the backend, and its convolution group fixed;

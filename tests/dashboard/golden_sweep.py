@@ -4,8 +4,9 @@ golden-file tests (test_golden_views.py).
 Sweep 1 (both backends, device classes cpu-x86_64-xnnpack and mali-g610-vulkan) holds, per cell:
 a finished row, partitioning out of time (bounds and groups) with its re-run queued and running, an
 export slow twice, failed stages with their causes, an engine that raised, a running and a queued cell,
-an unavailable policy, a cancelled cell, fake weights with and without the worker size they need, an
-export that failed after coverage; and on the device side: a run with its speed-up, one without a
+an unavailable policy, a cancelled cell, fake weights with and without the worker size they need (the
+one with a size waits for a worker of its memory class to export it with real weights), an export that
+failed after coverage; and on the device side: a run with its speed-up, one without a
 baseline, one whose baseline is pending, one whose baseline ran out of its bound, one with no latency,
 a failed run, a device job that failed without a run, a queued and a cancelled one, and a class no
 runner serves. Its blocker groups have a ready repro, one that does not reproduce and one with none, and
@@ -338,6 +339,7 @@ SWEEP_1_POLICIES = [
 
 def build(client: TestClient, sessions: sessionmaker[Session], settings: Settings) -> Built:
     farm = Farm(client, sessions, settings)
+    dashtools.worker_online(sessions, settings)
     one = farm.submit(
         SWEEP_1_POLICIES, ["vulkan", "xnnpack"], device_classes=[XNNPACK_CLASS, VULKAN_CLASS], timeout_s=60
     )

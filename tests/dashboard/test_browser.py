@@ -27,6 +27,7 @@ from dashtools import (
     partition_slow,
     start,
     store,
+    worker_online,
 )
 from farmkit import wait_for
 from sqlalchemy.orm import Session, sessionmaker
@@ -300,6 +301,7 @@ def test_page_is_a_static_snapshot_with_javascript_off(
     live_settings: Settings,
     tmp_path: Path,
 ) -> None:
+    worker_online(live_sessions, live_settings)  # vqbet's job waits its turn, not for a worker
     sweep = submit(api, ["act", "vqbet"], ["vulkan"])
     act = cell_id(sweep, "act", "vulkan")
     store(live_sessions, live_settings, sweep["cells"][0]["jobs"][0]["id"], finished("act", "vulkan"))
@@ -374,8 +376,9 @@ def test_an_imported_device_result_appears_in_an_open_grid(
 def _add_stack(
     sessions: sessionmaker[Session], settings: Settings, sweep_id: int, stack: str
 ) -> dict[str, int]:
-    """Cells of ``stack`` beside the sweep's (the API names no stack yet), as the orchestrator stores a
-    sweep of two stacks; the sweep names its own stack first. Policy -> the new cell's lower job."""
+    """Cells of ``stack`` beside the sweep's, as a sweep of two stacks stores them, the sweep's own stack
+    named first (POST /api/sweeps names the requested stacks in the order given). Policy -> the new
+    cell's lower job."""
     created = {}
     with unit_of_work(sessions, make_celery(settings)) as session:
         sweep = session.get(Sweep, sweep_id)
@@ -435,10 +438,10 @@ def test_stacks_one_at_a_time_side_by_side_live_and_their_progress(
         ActionChains(browser).send_keys(Keys.ARROW_DOWN).perform()
         assert browser.execute_script("return document.activeElement.dataset.cellLink") == str(act)
 
-        # vqbet's older cell is queued: its result arrives while the comparison is open.
+        # vqbet's older cell waits (no worker of et-1.4.1 runs): its result arrives while the page is open.
         browser.execute_script("window.__reloaded = false")
         row = "Array.from(document.querySelectorAll('#grid tbody tr'))[2]"
-        assert "⏳ queued" in browser.execute_script(f"return {row}.textContent")
+        assert "no worker" in browser.execute_script(f"return {row}.textContent")
         vqbet = finished("vqbet", "vulkan", (500, 594), (200, 1000), 30)
         vqbet.versions = old_act.versions
         store(live_sessions, live_settings, older["vqbet"], vqbet)

@@ -16,6 +16,7 @@ from dashtools import (
     start,
     store,
     text_of,
+    worker_online,
 )
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
@@ -46,6 +47,7 @@ def test_grid_shows_the_trackers_cells_for_every_state(
     client: TestClient, admin: dict[str, str], sessions: sessionmaker[Session], settings: Settings
 ) -> None:
     policies = ["act", "tdmpc", "evo1", "pi05", "vqbet", "smolvla", "diffusion"]
+    worker_online(sessions, settings)
     sweep = submit(client, admin, policies, ["vulkan", "xnnpack"])
     for doc in (
         finished("act", "vulkan", (1556, 1561), (999, 1000), 3),

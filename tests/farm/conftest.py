@@ -11,7 +11,7 @@ database or flush the queues of another that is running.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import farmkit
@@ -100,11 +100,16 @@ def start_worker(farm_env: dict[str, str], tmp_path: Path) -> Iterator[StartWork
     started: list[subprocess.Popen[bytes]] = []
 
     def start(
-        name: str, ready_timeout: float = 60, env: dict[str, str] | None = None, **extra_env: str
+        name: str,
+        ready_timeout: float = 60,
+        env: dict[str, str] | None = None,
+        args: Sequence[str] = (),
+        **extra_env: str,
     ) -> subprocess.Popen[bytes]:
-        """A worker on the farm's settings, or on ``env`` (another farm) when given."""
+        """A worker on the farm's settings, or on ``env`` (another farm) when given; ``args`` for its
+        command line."""
         process = farmkit.start_worker(
-            env or farm_env, tmp_path / f"{name}.log", name, ready_timeout, **extra_env
+            env or farm_env, tmp_path / f"{name}.log", name, ready_timeout, args=args, **extra_env
         )
         started.append(process)
         return process

@@ -7,6 +7,10 @@ be exercised in seconds. The one end-to-end test marked ``real_policy`` uses the
 
 Per policy: ``vqbet`` exports ``slow`` unless its bound is the long one (>= 1000 s), ``pi05`` raises.
 
+Memory: ``$STANDIN_NEEDS_GB`` (``diffusion=40,act=100``) says what a policy's real weights need; with
+``weights: auto`` on a worker with less (``COVERFARM_WORKER_MEMORY_GB``, as the engine reads it) the
+cell is measured with fake weights and not exported, as the engine does (``worker.weights``).
+
 Result reuse (``worker.reuse``): with ``$STANDIN_REUSE`` set, ``reuse_fields`` names the stand-in's
 "versions" and "engine digest" from ``$STANDIN_VERSIONS`` and ``$STANDIN_ENGINE_DIGEST``, so a test can
 change either; without it every job's key is its own, so the farm's other tests measure every cell.
@@ -29,7 +33,10 @@ from coverfarm.result import (
     ResultDocument,
     StageResult,
     StageStatus,
+    WeightsInfo,
 )
+from worker.memory import worker_memory_gb
+from worker.weights import export_not_run
 
 LONG_BOUND_S = 1000.0
 
@@ -41,6 +48,21 @@ def reuse_fields(policy: str, options: Options) -> dict[str, object]:
         "versions": os.environ.get("STANDIN_VERSIONS", "stand-in 1"),
         "engine": os.environ.get("STANDIN_ENGINE_DIGEST", "stand-in"),
     }
+
+
+def _weights(policy: str, options: Options) -> WeightsInfo | None:
+    needs = dict(item.split("=") for item in os.environ.get("STANDIN_NEEDS_GB", "").split(",") if item)
+    if policy not in needs:
+        return None
+    need, memory = int(needs[policy]), worker_memory_gb()
+    fake = options.weights == "fake" or (options.weights == "auto" and need > memory)
+    return WeightsInfo(
+        mode="fake" if fake else "real",
+        requested=options.weights,
+        reason=f"stand-in: needs {need} GB, the worker has {memory:g} GB",
+        worker_memory_gb=memory,
+        needs_worker_gb=need,
+    )
 
 
 def analyze(
@@ -64,6 +86,9 @@ def analyze(
     if policy == "vqbet" and options.timeout_s < LONG_BOUND_S:
         error = ErrorInfo(stage="export", type="Timeout", message=f"export exceeded {options.timeout_s:g} s")
         export = StageResult(status=StageStatus.SLOW, seconds=options.timeout_s, error=error)
+    weights = _weights(policy, options)
+    if weights is not None and weights.mode == "fake":
+        export = export_not_run(weights)
     return ResultDocument(
         policy=policy,
         backend=backend,
@@ -75,4 +100,5 @@ def analyze(
         heavy_macs=HeavyMacs(total=1000, on_backend=800, supported=900),
         programs=Programs(count=3, connected_groups=4, delegates=3 if export is ok else None),
         versions={"engine": "stand-in", "pid": str(os.getpid())},
+        weights=weights,
     )

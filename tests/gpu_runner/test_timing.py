@@ -18,7 +18,8 @@ from gpu_runner.replicas import run_replicated
 from gpu_runner.result import DeviceResult, Isolation, LatencyStats, TimingRules
 from gpu_runner.stats import MAX_S_REACHED, MIN_REACHED, combine, latency_stats, replica, timed_loop
 
-QUICK = TimingRules(warmup=1, min_chunks=5, min_s=0.0, max_s=5.0, replicas=1)
+# One chunk per sample (min_sample_ms=0): these tests count chunks.
+QUICK = TimingRules(warmup=1, min_chunks=5, min_s=0.0, max_s=5.0, replicas=1, min_sample_ms=0.0)
 
 
 def test_the_loop_meets_both_minimums() -> None:
@@ -138,3 +139,33 @@ def test_a_speedup_only_from_two_trusted_measurements_of_one_runner_and_host() -
     frame0.frames = 1
     assert "different inputs" in speedup(eager, device.model_copy(update={"latency": frame0})).reasons[0]
     assert speedup(None, device).reasons == ["no eager baseline"]
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_sub_millisecond_chunks_are_timed_in_groups_and_reach_the_minimum_time() -> None:
+    """0.1 ms chunks under a 100-sample cap and 0.5 s minimum: one chunk per sample would stop at the
+    cap after 10 ms; grouped, the loop reaches its minimum time, each sample is the mean per chunk, and
+    every chunk of every group is still checked."""
+    rules = TimingRules(warmup=3, min_chunks=5, min_s=0.5, max_s=5.0, max_chunks=100)
+    seen: list[int] = []
+    timed = timed_loop(lambda i: _spin(1e-4), rules, after=lambda i, _r, _ms: seen.append(i))
+    assert timed.stopped == MIN_REACHED and timed.seconds >= 0.5
+    assert timed.chunks_per_sample >= 10  # a sample reaches 2 * 0.5 s / 100 = 10 ms
+    assert len(timed.samples_ms) <= 100
+    assert seen == list(range(3, 3 + len(timed.samples_ms) * timed.chunks_per_sample))
+    assert all(0.09 <= sample <= 5.0 for sample in timed.samples_ms)  # per chunk, not per group
+    part = replica(timed.samples_ms, timed.warmup, timed.seconds, timed.stopped, timed.chunks_per_sample)
+    assert part.chunks_per_sample == timed.chunks_per_sample
+
+
+def test_chunks_long_enough_are_timed_one_per_sample() -> None:
+    rules = TimingRules(warmup=1, min_chunks=3, min_s=0.0, max_s=5.0, min_sample_ms=1.0)
+    timed = timed_loop(lambda i: time.sleep(0.005), rules)
+    assert timed.chunks_per_sample == 1 and len(timed.samples_ms) == 3
+    # With no warm-up there is nothing to judge a chunk by: one chunk per sample.
+    assert timed_loop(lambda i: None, TimingRules(warmup=0, min_chunks=2, min_s=0.0)).chunks_per_sample == 1
