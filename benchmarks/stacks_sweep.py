@@ -129,7 +129,7 @@ def cell_text(cell: Cell) -> str:
     text = f"{ops}; heavy {heavy}; {programs} programs; export {export}"
     cause = tracker.cause_line(cell.doc)
     if cause:
-        text += f" ({cause[:80]})"
+        text += f" ({cause if len(cause) <= 90 else cause[:40] + ' … ' + cause[-45:]})"
     off = [name for name, state in cell.doc.levers.items() if state != "active"]
     if off:
         text += f"; stock levers: {', '.join(off)}"
