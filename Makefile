@@ -11,12 +11,13 @@ PYTEST_ARGS ?=
 # Test processes (pytest-xdist): one per core here; tests/conftest.py keeps each file in one process.
 PYTEST_WORKERS ?= 2
 
-.PHONY: help install run test lint typecheck unit fuzz bench clean
+.PHONY: help install stack run test lint typecheck unit fuzz bench clean
 
 help:
 	@echo "make run    - a sweep end to end on the embedded default (no servers), grid served"
 	@echo "make test   - install if needed, then ruff, mypy and the test suite"
 	@echo "make bench  - the benchmark scripts in benchmarks/"
+	@echo "make stack STACK=NAME [WHEEL=path.whl] - a stack's virtualenv in .stacks/NAME (docs/stacks.md)"
 
 $(STAMP): requirements/lock.txt requirements/lerobot.txt pyproject.toml scripts/system-deps.sh
 	bash scripts/system-deps.sh
@@ -32,6 +33,19 @@ $(STAMP): requirements/lock.txt requirements/lerobot.txt pyproject.toml scripts/
 	@touch $(STAMP)
 
 install: $(STAMP)
+
+# A stack's virtualenv, .stacks/NAME, from requirements/stacks/NAME.txt (docs/stacks.md); with WHEEL, a
+# stack of a local executorch wheel, pinned by its sha256, on release stack BASE (default et-1.5.1).
+STACK ?=
+WHEEL ?=
+BASE ?=
+STACKS_ROOT ?= .stacks
+stack:
+	@if [ -z "$(STACK)" ]; then \
+	  echo "make stack needs STACK=NAME (python3 -m coverfarm.stacks list names them)" >&2; exit 2; fi
+	@if [ -z "$(PYTHON312)" ]; then \
+	  echo "coverfarm needs Python 3.12: install it (e.g. 'pyenv install 3.12.1') or set PYTHON312=/path/to/python3.12" >&2; exit 1; fi
+	$(PYTHON312) -m coverfarm.stack_build $(STACK) --python $(PYTHON312) --root $(STACKS_ROOT) $(if $(WHEEL),--wheel $(WHEEL)) $(if $(BASE),--base $(BASE))
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -116,6 +116,8 @@ def fold_lower_events(
     for event in run.events:
         if "program" in event and event["event"] != "phase":
             by_program[event["program"]][event["event"]] = event
+        elif event["event"] == "levers":
+            doc.levers = dict(event["states"])
 
     results: list[ProgramResult] = []
     runs_of: dict[str, int] = {}

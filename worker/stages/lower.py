@@ -61,16 +61,19 @@ def lowering_context(backend: Backend, lowering: str, observer: Observer) -> Ite
     if not backend.uses_capability_partitioner:
         yield
         return
+    from worker.lowering.levers import partitioner_impl
     from worker.lowering.partitioner_impl import capability_partitioner
 
-    with capability_partitioner(lowering, on_support=observer.on_support):  # type: ignore[arg-type]
+    impl = partitioner_impl(lowering)
+    with capability_partitioner(impl, on_support=observer.on_support):  # type: ignore[arg-type]
         yield
 
 
 def pattern_graph_cache(backend: Backend, lowering: str) -> contextlib.AbstractContextManager[None]:
     """With fast lowering, Vulkan's pattern graphs are built once per process instead of once per
     partition, and each partitioned program is recompiled once instead of once per partition
-    (``worker.lowering.fast``); the lowered program is byte-identical."""
+    (``worker.lowering.fast``), each lever only while it is active; the lowered program is
+    byte-identical."""
     if lowering != "fast" or backend.name != "vulkan":
         return contextlib.nullcontext()
     from worker.lowering.fast import fast_lowering
@@ -125,6 +128,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     backend = get_backend(args.backend)
     args.out.mkdir(parents=True, exist_ok=True)
     manifest = json.loads((args.trace_dir / "trace.json").read_text())
+    if args.lowering == "fast" and backend.name == "vulkan":
+        from worker.lowering.levers import lever_states
+
+        log.emit("levers", states=lever_states())
     failed = False
     with pattern_graph_cache(backend, args.lowering):
         failed = lower_all(
