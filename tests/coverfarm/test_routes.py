@@ -92,7 +92,7 @@ def test_why_a_job_waits() -> None:
     assert waiting_reason("et-1.4.1", 40, {"et-1.4.1"}) == "waiting for a ≥ 64 GB worker of stack et-1.4.1"
 
 
-def test_the_stack_is_named_by_the_environment_else_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_stack_is_named_by_the_environment_else_detected(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(STACK_ENV, raising=False)
     assert detect_stack() == DEFAULT_STACK
     monkeypatch.setenv(STACK_ENV, "et-1.4.1")
