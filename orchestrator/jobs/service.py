@@ -25,6 +25,7 @@ from orchestrator.devices.repository import baseline_classes
 from orchestrator.jobs import repository
 from orchestrator.jobs.transitions import TERMINAL, lock_job, transition
 from orchestrator.models import DEVICE_STAGE_PREFIXES, Cell, Job, JobAttempt, JobStatus, utcnow
+from orchestrator.sweeps.state import refresh_cell
 from orchestrator.workers import service as workers
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,9 @@ def create(session: Session, cell: Cell, stage: str, queue: str, timeout_s: floa
     job = Job(cell=cell, stage=stage, queue=queue, timeout_s=timeout_s, status=JobStatus.QUEUED, attempt=0)
     session.add(job)
     session.flush()
+    if device_class_of(job) is None and len(cell.jobs) > 1:
+        # A new cell's first job leaves it queued, as it was made; a re-run changes what it shows.
+        refresh_cell(session, cell.id)
     _send(session, job)
     return job
 
@@ -215,7 +219,7 @@ def finish(
     if job is None:
         return
     status = DOC_STATUS[doc.status]
-    repository.upsert_result(
+    result_id = repository.upsert_result(
         session,
         {
             "job_id": job.id,
@@ -232,6 +236,7 @@ def finish(
             "reuse_key": reuse_key,
         },
     )
+    repository.mark_latest_result(session, job.cell_id, result_id)
     _close_attempt(session, job, status.value)
     if doc.reused_from is not None:
         source = doc.reused_from

@@ -6,7 +6,7 @@
 
 Every transition runs on a row locked with SELECT ... FOR UPDATE (SQLite has no row locks, but its
 writers are serialised on the whole file), records why it happened and writes an event in the same
-transaction.
+transaction; a CPU job's change is written onto its cell's state too (``sweeps.state.refresh_cell``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from orchestrator.events.repository import emit
-from orchestrator.models import REASON, Job, JobStatus, clip, utcnow
+from orchestrator.models import DEVICE_STAGE_PREFIXES, REASON, Job, JobStatus, clip, utcnow
+from orchestrator.sweeps.state import refresh_cell
 
 ALLOWED: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED}),
@@ -60,6 +61,8 @@ def transition(session: Session, job: Job, to: JobStatus, reason: str) -> None:
     else:
         job.finished_at = now
     session.flush()
+    if not job.stage.startswith(DEVICE_STAGE_PREFIXES):  # device jobs have their own columns
+        refresh_cell(session, job.cell_id)
     emit(
         session,
         "job",

@@ -40,5 +40,11 @@ def plain_views(sweep: Sweep) -> dict[int, CellView]:
 
 def sweep_views(session: Session, sweep: Sweep) -> dict[int, CellView]:
     """Cell id -> view, with a device column per device class of the sweep."""
-    inputs = device_inputs(session, sweep.cells, sweep.device_classes)
-    return {cell.id: view_of(cell, inputs[cell.id]) for cell in sweep.cells}
+    return views_of(session, sweep.cells, sweep.device_classes)
+
+
+def views_of(session: Session, cells: Sequence[Cell], device_classes: Sequence[str]) -> dict[int, CellView]:
+    """Cell id -> view of some of a sweep's cells, with a device column per one of ``device_classes``
+    (the sweep's)."""
+    inputs = device_inputs(session, cells, device_classes)
+    return {cell.id: view_of(cell, inputs[cell.id]) for cell in cells}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -96,6 +97,10 @@ def create(session: Session, settings: Settings, body: SweepCreate) -> Sweep:
         device_classes=body.device_classes,
         fresh=body.fresh,
         reuse_unfinished=body.reuse_unfinished,
+        policies=body.policies,
+        backends=body.backends,
+        weights=body.options.weights,
+        force_fp16=body.options.force_fp16,
     )
     session.add(sweep)
     session.flush()
@@ -235,12 +240,24 @@ def list_(session: Session, limit: int, offset: int) -> list[SweepSummary]:
     costs the same for a sweep of ten cells and one of ten thousand.
     """
     sweeps = repository.list_sweeps(session, limit, offset)
-    tallies = repository.tally(session, [sweep.id for sweep in sweeps])
-    return [_light_summary(sweep, tallies[sweep.id]) for sweep in sweeps]
+    return _light_summaries(session, sweeps)
 
 
 def count(session: Session) -> int:
     return repository.count_sweeps(session)
+
+
+def summary(session: Session, sweep_id: int) -> SweepSummary:
+    """One sweep's summary, counted in the database like the list's (no cell loaded)."""
+    sweep = repository.get_sweep_row(session, sweep_id)
+    if sweep is None:
+        raise NotFound("sweep", sweep_id)
+    return _light_summaries(session, [sweep])[0]
+
+
+def _light_summaries(session: Session, sweeps: Sequence[Sweep]) -> list[SweepSummary]:
+    tallies = repository.tally(session, [sweep.id for sweep in sweeps])
+    return [_light_summary(sweep, tallies[sweep.id]) for sweep in sweeps]
 
 
 def _light_summary(sweep: Sweep, tally: repository.SweepTally) -> SweepSummary:
@@ -248,11 +265,16 @@ def _light_summary(sweep: Sweep, tally: repository.SweepTally) -> SweepSummary:
         id=sweep.id,
         created_at=sweep.created_at,
         options=SweepOptions.model_validate(
-            {"constant_prop": sweep.constant_prop, "lowering": sweep.lowering}
+            {
+                "constant_prop": sweep.constant_prop,
+                "lowering": sweep.lowering,
+                "weights": sweep.weights,
+                "force_fp16": sweep.force_fp16,
+            }
         ),
         timeout_s=sweep.timeout_s,
-        policies=tally.policies,
-        backends=tally.backends,
+        policies=list(sweep.policies),
+        backends=list(sweep.backends),
         device_classes=list(sweep.device_classes),
         fresh=sweep.fresh,
         reuse_unfinished=sweep.reuse_unfinished,
@@ -274,9 +296,7 @@ def _share(part: int | None, whole: int | None) -> float | None:
 def overview(session: Session, sweep_id: int) -> SweepOverview:
     """The sweep's summary and per-backend columns, counted in the database: no cell, job or document
     is loaded, so it costs little more for ten thousand cells than for ten."""
-    sweep = repository.get_sweep_row(session, sweep_id)
-    if sweep is None:
-        raise NotFound("sweep", sweep_id)
+    light = summary(session, sweep_id)
     columns = []
     for backend, cells, measured, exported, ops_on, ops, macs_on, macs in repository.column_aggregates(
         session, sweep_id
@@ -296,8 +316,7 @@ def overview(session: Session, sweep_id: int) -> SweepOverview:
                 macs_share=_share(macs_on, macs),
             )
         )
-    summary = _light_summary(sweep, repository.tally(session, [sweep_id])[sweep_id])
-    return SweepOverview(**summary.model_dump(), columns=columns)
+    return SweepOverview(**light.model_dump(), columns=columns)
 
 
 RESULT_COLUMNS = repository.RESULT_BRIEF_COLUMNS  # ResultBrief's fields (the page test holds them equal)
@@ -337,3 +356,15 @@ def cells_page(
             )
         )
     return CellPage(total=total, offset=offset, limit=limit, cells=cells)
+
+
+def cells_of_rows(session: Session, sweep: SweepSummary, offset: int, limit: int) -> list[Cell]:
+    """The stored cells of the sweep's policies ``offset`` to ``offset + limit`` (its rows, in cell
+    order), each with its jobs and results: what a page of the grid shows."""
+    policies = sweep.policies[offset : offset + limit]
+    return list(repository.cells_of_policies(session, sweep.id, policies)) if policies else []
+
+
+def cells_by_id(session: Session, sweep_id: int, cell_ids: Sequence[int]) -> list[Cell]:
+    """Those of ``cell_ids`` that are cells of the sweep, with their jobs and results."""
+    return list(repository.cells_by_id(session, sweep_id, cell_ids)) if cell_ids else []
