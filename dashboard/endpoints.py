@@ -6,6 +6,7 @@ its public views), so the grid can never show something the API does not.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,16 +17,21 @@ from fastapi.templating import Jinja2Templates
 
 from coverfarm import tracker
 from dashboard import views
-from dashboard.heatmap import heatmap
+from dashboard.heatmap import COL_W, ROW_H, heatmap, square
 from orchestrator.deps import SessionDep
-from orchestrator.inputs import Id, Offset
-from orchestrator.models import utcnow
+from orchestrator.inputs import DB_INT_MAX, Id, Offset
+from orchestrator.models import Cell, utcnow
 from orchestrator.reports import service as reports
 from orchestrator.sweeps import cell_views, service
+from orchestrator.sweeps.schemas import SweepSummary
 
 HERE = Path(__file__).resolve().parent
 STATIC = {"grid.js": "text/javascript", "style.css": "text/css"}
 PAGE_SIZE = 50
+# Policies (rows) a grid page renders, and that the page's script loads at a time as it scrolls.
+ROWS = 50
+# Cells one live update renders at most (the script asks for those of its events).
+LIVE_CELLS = 500
 
 # Autoescape everything, the SVG template included (select_autoescape would skip ".svg").
 _env = jinja2.Environment(
@@ -38,6 +44,8 @@ _env.globals.update(
     compact=views.compact,
     duration=views.duration_text,
     percent=tracker.share_percent,
+    heatmap_col_w=COL_W,
+    heatmap_row_h=ROW_H,
 )
 templates = Jinja2Templates(env=_env)
 
@@ -48,11 +56,48 @@ def _macros() -> Any:
     return _env.get_template("macros.html").make_module({"now": utcnow()})
 
 
-def _grid_context(session: SessionDep, sweep_id: int) -> dict[str, Any]:
-    stored = service.get(session, sweep_id)
-    sweep = service.sweep_view(stored)
-    grid = views.grid(sweep, cell_views.sweep_views(session, stored))
-    return {"sweep": sweep, "grid": grid, "heatmap": heatmap(grid), "progress": views.progress(sweep)}
+@dataclass(frozen=True)
+class Rows:
+    """Which of the sweep's rows (policies, in cell order) a page or a load of rows holds."""
+
+    offset: int
+    page: int  # rows a load holds
+    total: int  # the sweep's policies
+    columns: int  # the table's columns, the policy's included
+    next: int | None  # offset of the rows after these (None: these are the last)
+    before: int | None  # offset of the page before (None: these are the first)
+
+
+def _rows(sweep: SweepSummary, offset: int, limit: int, *, page: bool = True) -> Rows:
+    """``page``: for a page of its own (links both ways); else rows loaded below others (onward only)."""
+    total = len(sweep.policies)
+    return Rows(
+        offset=offset,
+        page=limit,
+        total=total,
+        columns=1 + sum(len(views.backend_columns(backend)) for backend in sweep.backends),
+        next=offset + limit if offset + limit < total else None,
+        before=max(0, offset - limit) if page and offset > 0 else None,
+    )
+
+
+def _grid(session: SessionDep, sweep: SweepSummary, cells: list[Cell]) -> views.Grid:
+    """The grid of some of the sweep's stored cells, with their device columns."""
+    public = [service.cell_view(cell) for cell in cells]
+    return views.grid(sweep.backends, public, cell_views.views_of(session, cells, sweep.device_classes))
+
+
+def _page(session: SessionDep, sweep_id: int, offset: int) -> dict[str, Any]:
+    """A grid page: the sweep's summary (counted in the database) and one page of its rows."""
+    sweep = service.summary(session, sweep_id)
+    grid = _grid(session, sweep, service.cells_of_rows(session, sweep, offset, ROWS))
+    return {
+        "sweep": sweep,
+        "grid": grid,
+        "rows": _rows(sweep, offset, ROWS),
+        "heatmap": heatmap(grid),
+        "progress": views.progress(sweep),
+    }
 
 
 @router.get("/", response_class=HTMLResponse)
@@ -72,34 +117,74 @@ def index(request: Request, session: SessionDep, offset: Offset = 0) -> HTMLResp
 
 
 @router.get("/sweeps/{sweep_id:int}", response_class=HTMLResponse)
-def sweep_grid(request: Request, sweep_id: Id, session: SessionDep) -> HTMLResponse:
-    context = _grid_context(session, sweep_id)
+def sweep_grid(request: Request, sweep_id: Id, session: SessionDep, offset: Offset = 0) -> HTMLResponse:
+    """The grid with the sweep's rows from ``offset`` (a page of them; the script loads the rest as
+    they come into view)."""
+    context = _page(session, sweep_id, offset)
     return templates.TemplateResponse(request, "grid.html", {**context, "now": utcnow()})
 
 
 @router.get("/sweeps/{sweep_id:int}/heatmap.svg")
-def sweep_heatmap(sweep_id: Id, session: SessionDep) -> Response:
-    context = _grid_context(session, sweep_id)
+def sweep_heatmap(sweep_id: Id, session: SessionDep, offset: Offset = 0) -> Response:
+    """The heatmap of the grid page's rows from ``offset``."""
+    context = _page(session, sweep_id, offset)
     svg = _env.get_template("heatmap.svg").render(map=context["heatmap"], standalone=True)
     return Response(svg, media_type="image/svg+xml")
 
 
-@router.get("/sweeps/{sweep_id:int}/live.json")
-def sweep_live(sweep_id: Id, session: SessionDep) -> JSONResponse:
-    """What the page swaps in when events arrive or the stream comes back: each cell's columns as
-    the grid renders them, the progress count and the heatmap, all rendered here by the same
-    templates as the page (the script formats nothing itself)."""
-    context = _grid_context(session, sweep_id)
+@router.get("/sweeps/{sweep_id:int}/rows")
+def sweep_rows(
+    sweep_id: Id,
+    session: SessionDep,
+    offset: Offset = 0,
+    limit: Annotated[int, Query(ge=1, le=4 * ROWS)] = ROWS,
+) -> JSONResponse:
+    """The sweep's rows from ``offset``, rendered as the page renders its own (``rows``), and what goes
+    below them (``more``: the next rows' link, empty after the last)."""
+    sweep = service.summary(session, sweep_id)
+    grid = _grid(session, sweep, service.cells_of_rows(session, sweep, offset, limit))
     macros = _macros()
-    sweep = context["sweep"]
+    return JSONResponse(
+        {
+            "rows": str(macros.grid_rows(grid)),
+            "more": str(macros.more_rows(sweep.id, _rows(sweep, offset, limit, page=False))),
+            "now": utcnow().isoformat(),
+        },
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+@router.get("/sweeps/{sweep_id:int}/live.json")
+def sweep_live(
+    sweep_id: Id,
+    session: SessionDep,
+    cells: Annotated[
+        list[Id] | None, Query(max_length=LIVE_CELLS, description="these cells (their events' ids)")
+    ] = None,
+    rows: Annotated[
+        int | None, Query(ge=0, le=DB_INT_MAX, description="the cells of this many rows from offset")
+    ] = None,
+    offset: Offset = 0,
+) -> JSONResponse:
+    """What the page swaps in when events arrive or the stream comes back: the columns and heatmap
+    square of the cells asked for (``cells``, else those of ``rows`` rows from ``offset``, else of the
+    page's rows), as the page renders them, and the sweep's state and progress, counted in the
+    database. The script formats nothing itself."""
+    sweep = service.summary(session, sweep_id)
+    if cells:
+        stored = service.cells_by_id(session, sweep_id, cells)
+    else:
+        stored = service.cells_of_rows(session, sweep, offset, ROWS if rows is None else rows)
+    grid = _grid(session, sweep, stored)
+    macros = _macros()
     return JSONResponse(
         {
             "id": sweep.id,
             "state": sweep.state,
             "now": utcnow().isoformat(),
-            "cells": {str(cell.id): str(macros.cell_columns(cell)) for cell in context["grid"].cells},
-            "progress": str(macros.progress_bar(context["progress"])),
-            "heatmap": _env.get_template("heatmap.svg").render(map=context["heatmap"], standalone=False),
+            "cells": {str(cell.id): str(macros.cell_columns(cell)) for cell in grid.cells},
+            "squares": {str(cell.id): str(macros.heatmap_square(square(cell))) for cell in grid.cells},
+            "progress": str(macros.progress_bar(views.progress(sweep))),
         },
         headers={"Cache-Control": "no-store"},
     )

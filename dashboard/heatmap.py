@@ -1,7 +1,8 @@
 """The coverage heatmap: policies × backends, coloured by the share of heavy math on the backend.
 
 Rendered on the server as plain SVG (dashboard/templates/heatmap.svg), so it needs no script and no
-front-end build; each square links to its cell's details.
+front-end build; each square links to its cell's details. A square is drawn at the origin of a group
+placed where it stands, so that the live page can swap one cell's square without knowing its place.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 
 from coverfarm import tracker
 from coverfarm.cell_view import Kind
-from dashboard.views import Grid, share_colour
+from dashboard.views import Grid, GridCell, share_colour
 
 ROW_H = 18
 COL_W = 84
@@ -26,8 +27,9 @@ MUTED_FILL = "#f4f5f6"
 
 @dataclass(frozen=True)
 class Square:
-    x: int
-    y: int
+    """One cell's square, wherever it stands: the page swaps it alone when the cell changes."""
+
+    cell_id: int
     fill: str
     text: str
     href: str
@@ -44,37 +46,39 @@ class Heatmap:
     head_h: int
     columns: list[tuple[int, str]]  # (x centre, backend title)
     labels: list[tuple[int, str]]  # (y baseline, policy)
-    squares: list[Square]
+    squares: list[tuple[int, int, Square]]  # (x, y, square)
     legend_y: int
     legend: list[tuple[int, str]]  # (x, "0%" ... "100%") under the gradient
     stops: list[tuple[int, str]]  # gradient stops (offset %, colour)
 
 
+def square(cell: GridCell) -> Square:
+    if cell.heavy_share is not None:
+        fill = share_colour(cell.heavy_share)
+    elif cell.pending:
+        fill = PENDING_FILL
+    elif cell.heavy_kind is Kind.FAILED:
+        fill = FAILED_FILL
+    else:
+        fill = MUTED_FILL
+    return Square(
+        cell_id=cell.id,
+        fill=fill,
+        text=tracker.PENDING if cell.pending and cell.heavy_share is None else cell.heavy_text,
+        href=f"/cells/{cell.id}",
+        title=cell.summary,
+    )
+
+
 def heatmap(grid: Grid) -> Heatmap:
+    """The squares of the grid's rows (those a page shows)."""
     label_w = PAD + CHAR_W * max((len(policy) for policy in grid.policies), default=6)
-    squares: list[Square] = []
-    for row, (_policy, cells) in enumerate(grid.rows):
-        for col, cell in enumerate(cells):
-            if cell is None:
-                continue
-            if cell.heavy_share is not None:
-                fill = share_colour(cell.heavy_share)
-            elif cell.pending:
-                fill = PENDING_FILL
-            elif cell.heavy_kind is Kind.FAILED:
-                fill = FAILED_FILL
-            else:
-                fill = MUTED_FILL
-            squares.append(
-                Square(
-                    x=label_w + col * COL_W,
-                    y=HEAD_H + row * ROW_H,
-                    fill=fill,
-                    text=tracker.PENDING if cell.pending and cell.heavy_share is None else cell.heavy_text,
-                    href=f"/cells/{cell.id}",
-                    title=cell.summary,
-                )
-            )
+    squares = [
+        (label_w + col * COL_W, HEAD_H + row * ROW_H, square(cell))
+        for row, (_policy, cells) in enumerate(grid.rows)
+        for col, cell in enumerate(cells)
+        if cell is not None
+    ]
     body_h = HEAD_H + ROW_H * len(grid.rows)
     width = label_w + COL_W * max(len(grid.backends), 2) + 3 * PAD  # room for the legend's last label
     legend_w = COL_W * 2

@@ -6,13 +6,14 @@ clock of what is running (⏳ and since when), and the device column, one per ce
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from coverfarm import tracker
 from coverfarm.cell_view import CellView, Column, Kind
 from coverfarm.result import ResultDocument, StageResult
-from orchestrator.sweeps.schemas import CellPublic, SweepPublic, SweepSummary
+from orchestrator.sweeps.schemas import CellPublic, SweepSummary
 
 DEVICE_COLUMN = "Device runs"
 # The progress count of the index and the grid, in this order; "done" is the API's "ok".
@@ -169,18 +170,19 @@ def grid_cell(cell: CellPublic, view: CellView) -> GridCell:
 
 @dataclass(frozen=True)
 class Grid:
-    sweep: SweepPublic
     backends: list[str]
-    policies: list[str]
+    policies: list[str]  # of the rows shown
     rows: list[tuple[str, list[GridCell | None]]]  # per policy, one cell per backend (None: not in sweep)
     cells: list[GridCell] = field(default_factory=list)
 
 
-def grid(sweep: SweepPublic, views: dict[int, CellView]) -> Grid:
-    """``views``: the sweep's cell views by cell id (orchestrator.sweeps.cell_views.sweep_views)."""
-    cells = {(cell.policy, cell.backend): grid_cell(cell, views[cell.id]) for cell in sweep.cells}
-    rows = [(p, [cells.get((p, backend)) for backend in sweep.backends]) for p in sweep.policies]
-    return Grid(sweep, sweep.backends, sweep.policies, rows, list(cells.values()))
+def grid(backends: list[str], cells: Sequence[CellPublic], views: dict[int, CellView]) -> Grid:
+    """Rows of some of a sweep's cells, one per policy in cell order and a column per one of the sweep's
+    ``backends``; ``views``: their views by cell id (orchestrator.sweeps.cell_views.views_of)."""
+    shown = {(cell.policy, cell.backend): grid_cell(cell, views[cell.id]) for cell in cells}
+    policies = list(dict.fromkeys(cell.policy for cell in cells))
+    rows = [(p, [shown.get((p, backend)) for backend in backends]) for p in policies]
+    return Grid(backends, policies, rows, list(shown.values()))
 
 
 def progress(summary: SweepSummary) -> list[tuple[str, int]]:
