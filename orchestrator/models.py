@@ -168,10 +168,15 @@ class Sweep(Base):
 
 class Cell(Base):
     __tablename__ = "cells"
-    __table_args__ = (UniqueConstraint("sweep_id", "policy", "backend", "stack"),)
+    __table_args__ = (
+        UniqueConstraint("sweep_id", "policy", "backend", "stack"),
+        # A sweep's cells counted per backend and state, and their latest results found, from the index
+        # alone (sweeps.repository: the summary, the list, a page of cells).
+        Index("ix_cells_sweep_states", "sweep_id", "backend", "state", "pending", "result_id"),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"), index=True)
+    sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"))
     policy: Mapped[str] = mapped_column(String(64))
     backend: Mapped[str] = mapped_column(String(64))
     stack: Mapped[str] = mapped_column(String(64), default=DEFAULT_STACK, server_default=DEFAULT_STACK)

@@ -4,10 +4,11 @@ summary and pages of cells read them off the cells and the sweep instead of deri
 job, result and cell of the sweep.
 
 ``cells.state`` and ``cells.pending`` are what ``orchestrator.sweeps.state.cell_state`` says of the cell's
-CPU jobs, ``cells.result_id`` is its newest result; the job service keeps them as jobs change.
-``sweeps.policies`` and ``sweeps.backends`` list them in cell order; ``sweeps.weights`` and
-``sweeps.force_fp16`` are what its cells' options say. This revision fills them in for what was stored
-before it, with the rule as it stood when it was written.
+CPU jobs, ``cells.result_id`` is its newest result; the job service keeps them as jobs change. An index
+of (sweep, backend, state, pending, result) replaces that of the sweep alone, so that a sweep's cells
+are counted from the index. ``sweeps.policies`` and ``sweeps.backends`` list them in cell order;
+``sweeps.weights`` and ``sweeps.force_fp16`` are what its cells' options say. This revision fills them
+in for what was stored before it, with the rule as it stood when it was written.
 
 Revision ID: 0008
 Revises: 0007
@@ -29,6 +30,7 @@ depends_on: str | None = None
 
 JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
 FK = "fk_cells_result_id_results"
+INDEX = "ix_cells_sweep_states"
 DEVICE_STAGE_PREFIXES = ("run:", "baseline:")  # orchestrator.models when this revision was written
 PENDING = ("queued", "running")
 
@@ -68,6 +70,9 @@ def upgrade() -> None:
     else:
         op.add_column("cells", sa.Column("result_id", sa.Integer(), nullable=True))
         op.create_foreign_key(FK, "cells", "results", ["result_id"], ["id"], ondelete="SET NULL")
+    # Counted from the index alone; it leads with sweep_id, so it replaces the index of sweep_id alone.
+    op.drop_index("ix_cells_sweep_id", table_name="cells")
+    op.create_index(INDEX, "cells", ["sweep_id", "backend", "state", "pending", "result_id"])
     op.add_column("sweeps", sa.Column("policies", JSON, nullable=False, server_default=sa.text("'[]'")))
     op.add_column("sweeps", sa.Column("backends", JSON, nullable=False, server_default=sa.text("'[]'")))
     op.add_column("sweeps", sa.Column("weights", sa.String(8), nullable=False, server_default="auto"))
@@ -162,6 +167,8 @@ def _drop_column(table: str, column: str) -> None:
 def downgrade() -> None:
     for column in ("force_fp16", "weights", "backends", "policies"):
         _drop_column("sweeps", column)
+    op.drop_index(INDEX, table_name="cells")
+    op.create_index("ix_cells_sweep_id", "cells", ["sweep_id"])
     if op.get_bind().dialect.name == "sqlite":
         # SQLite cannot drop a column that a reference names: a batch copy, which migrations/env.py runs
         # with foreign keys off, so that dropping the old table cascades to nothing.

@@ -57,17 +57,7 @@ def tally(session: Session, sweep_ids: Sequence[int]) -> dict[int, SweepTally]:
         entry.counts[cell_state.value] = entry.counts.get(cell_state.value, 0) + count
         if is_pending:
             entry.pending += count
-    device_pending = session.execute(
-        select(Cell.sweep_id, func.count())
-        .join(Job, Job.cell_id == Cell.id)
-        .where(
-            Cell.sweep_id.in_(sweep_ids),
-            _DEVICE_STAGE,
-            Job.status.in_([s.value for s in PENDING_STATUSES]),
-        )
-        .group_by(Cell.sweep_id)
-    ).all()
-    for sweep_id, count in device_pending:
+    for sweep_id, count in device_pending(session, sweep_ids).items():
         tallies[sweep_id].pending += count
     return tallies
 
@@ -93,14 +83,17 @@ def get_sweep_row(session: Session, sweep_id: int) -> Sweep | None:
     return session.get(Sweep, sweep_id)
 
 
-def column_aggregates(session: Session, sweep_id: int) -> list[tuple[Any, ...]]:
-    """Per backend of the sweep, in cell order, over each cell's latest result (no document read):
-    backend, cells, measured (a result is stored), exported, and the sums of ops and heavy MACs on the
+def cell_tally(session: Session, sweep_id: int) -> list[tuple[Any, ...]]:
+    """The sweep's cells counted per (backend, state, pending), over each cell's latest result (no
+    document read), from the index of the cells' kept states and the results' rows: backend, state,
+    pending, cells, measured (a result is stored), exported, and the sums of ops and heavy MACs on the
     backend and in all over the measured cells."""
     rows = session.execute(
         select(
             Cell.backend,
-            func.count(Cell.id),
+            Cell.state,
+            Cell.pending,
+            func.count(),
             func.count(Result.id),
             func.coalesce(func.sum(case((Result.export_status == "ok", 1), else_=0)), 0),
             func.sum(Result.ops_on_backend),
@@ -111,10 +104,24 @@ def column_aggregates(session: Session, sweep_id: int) -> list[tuple[Any, ...]]:
         .select_from(Cell)
         .outerjoin(Result, Result.id == Cell.result_id)
         .where(Cell.sweep_id == sweep_id)
-        .group_by(Cell.backend)
-        .order_by(func.min(Cell.id))
+        .group_by(Cell.backend, Cell.state, Cell.pending)
     ).all()
     return [tuple(row) for row in rows]
+
+
+def device_pending(session: Session, sweep_ids: Sequence[int]) -> dict[int, int]:
+    """Per sweep, its device jobs queued or running (the index of job statuses finds them)."""
+    rows = session.execute(
+        select(Cell.sweep_id, func.count())
+        .join(Job, Job.cell_id == Cell.id)
+        .where(
+            Cell.sweep_id.in_(sweep_ids),
+            _DEVICE_STAGE,
+            Job.status.in_([s.value for s in PENDING_STATUSES]),
+        )
+        .group_by(Cell.sweep_id)
+    ).all()
+    return {sweep_id: count for sweep_id, count in rows}
 
 
 # A result's columns a page of cells carries (sweeps.schemas.ResultBrief), in this order.

@@ -293,21 +293,37 @@ def _share(part: int | None, whole: int | None) -> float | None:
     return part / whole if part is not None and whole else None
 
 
+def _add(total: int | None, value: object) -> int | None:
+    """A sum over groups, None while no group had one (no measured cell counted it)."""
+    whole = _whole(value)
+    return total if whole is None else (total or 0) + whole
+
+
 def overview(session: Session, sweep_id: int) -> SweepOverview:
-    """The sweep's summary and per-backend columns, counted in the database: no cell, job or document
-    is loaded, so it costs little more for ten thousand cells than for ten."""
-    light = summary(session, sweep_id)
+    """The sweep's summary and per-backend columns, counted in the database from its cells' kept
+    states: no cell, job or document is loaded, and the cells are counted once for both."""
+    sweep = repository.get_sweep_row(session, sweep_id)
+    if sweep is None:
+        raise NotFound("sweep", sweep_id)
+    tally = repository.SweepTally(pending=repository.device_pending(session, [sweep_id]).get(sweep_id, 0))
+    # Per backend: cells, measured, exported (counts), then the sums of ops and MACs (None: none counted).
+    sums: dict[str, list[int | None]] = {}
+    for backend, state, pending, *counted in repository.cell_tally(session, sweep_id):
+        tally.counts[state.value] = tally.counts.get(state.value, 0) + counted[0]
+        tally.pending += counted[0] if pending else 0
+        column = sums.setdefault(backend, [0, 0, 0, None, None, None, None])
+        for index, value in enumerate(counted):
+            column[index] = _add(column[index], value)
     columns = []
-    for backend, cells, measured, exported, ops_on, ops, macs_on, macs in repository.column_aggregates(
-        session, sweep_id
-    ):
-        ops_on, ops, macs_on, macs = (_whole(value) for value in (ops_on, ops, macs_on, macs))
+    order = {name: index for index, name in enumerate(sweep.backends)}  # the sweep's order (cell order)
+    for backend in sorted(sums, key=lambda name: (order.get(name, len(order)), name)):
+        cells, measured, exported, ops_on, ops, macs_on, macs = sums[backend]
         columns.append(
             BackendColumn(
                 backend=backend,
-                cells=cells,
-                measured=measured,
-                exported=int(exported),
+                cells=cells or 0,
+                measured=measured or 0,
+                exported=exported or 0,
                 ops_on_backend=ops_on,
                 ops_total=ops,
                 macs_on_backend=macs_on,
@@ -316,7 +332,7 @@ def overview(session: Session, sweep_id: int) -> SweepOverview:
                 macs_share=_share(macs_on, macs),
             )
         )
-    return SweepOverview(**light.model_dump(), columns=columns)
+    return SweepOverview(**_light_summary(sweep, tally).model_dump(), columns=columns)
 
 
 RESULT_COLUMNS = repository.RESULT_BRIEF_COLUMNS  # ResultBrief's fields (the page test holds them equal)
