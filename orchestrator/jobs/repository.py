@@ -19,23 +19,11 @@ def _insert(session: Session) -> Any:
     return postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
 
 
-def upsert_result(session: Session, values: dict[str, Any]) -> int:
-    """Insert or replace the result of ``values['job_id']`` (a retried attempt replaces, never duplicates);
-    the result's id."""
+def upsert_result(session: Session, values: dict[str, Any]) -> None:
+    """Insert or replace the result of ``values['job_id']`` (a retried attempt replaces, never duplicates)."""
     statement = _insert(session)(Result).values(**values, created_at=utcnow(), updated_at=utcnow())
     replace = {key: statement.excluded[key] for key in (*values, "updated_at") if key != "job_id"}
-    upsert = statement.on_conflict_do_update(index_elements=[Result.job_id], set_=replace)
-    return int(session.execute(upsert.returning(Result.id)).scalar_one())
-
-
-def mark_latest_result(session: Session, cell_id: int, result_id: int) -> None:
-    """Make ``result_id`` the cell's latest result unless it has a newer one (``cells.result_id``)."""
-    session.execute(
-        update(Cell)
-        .where(Cell.id == cell_id, or_(Cell.result_id.is_(None), Cell.result_id < result_id))
-        .values(result_id=result_id)
-        .execution_options(synchronize_session=False)
-    )
+    session.execute(statement.on_conflict_do_update(index_elements=[Result.job_id], set_=replace))
 
 
 def result_with_key(
@@ -53,10 +41,13 @@ def result_with_key(
     return None if row is None else (row[0], row[1], row[2])
 
 
-def attempt(session: Session, job_id: int, number: int) -> JobAttempt | None:
-    return session.scalars(
-        select(JobAttempt).where(JobAttempt.job_id == job_id, JobAttempt.attempt == number)
-    ).one_or_none()
+def close_attempt(session: Session, job_id: int, number: int, outcome: str, error: str | None) -> None:
+    """Stamp the end of attempt ``number`` of the job, with its outcome, in one statement."""
+    session.execute(
+        update(JobAttempt)
+        .where(JobAttempt.job_id == job_id, JobAttempt.attempt == number)
+        .values(finished_at=utcnow(), outcome=outcome, error=error)
+    )
 
 
 def beat(session: Session, job_id: int, number: int, worker: str) -> bool:

@@ -16,7 +16,14 @@ from datetime import timedelta
 from sqlalchemy.orm import Session
 
 from coverfarm import device_classes
-from coverfarm.queues import QUEUE_LOWER_LONG, DeviceMessage, LowerMessage, baseline_queue, device_queue
+from coverfarm.queues import (
+    QUEUE_LOWER,
+    QUEUE_LOWER_LONG,
+    DeviceMessage,
+    LowerMessage,
+    baseline_queue,
+    device_queue,
+)
 from coverfarm.result import Options, ResultDocument, ReusedFrom, StageStatus, error_line
 from coverfarm.settings import Settings
 from orchestrator.artifacts import repository as artifacts
@@ -64,6 +71,27 @@ def create(session: Session, cell: Cell, stage: str, queue: str, timeout_s: floa
         refresh_cell(session, cell.id)
     _send(session, job)
     return job
+
+
+def create_first(session: Session, cells: list[Cell], timeout_s: float) -> list[Job]:
+    """The first lower job of each of a new sweep's ``cells``, all written in one flush with the cells
+    (an INSERT per table, not two per cell), each sent after the transaction commits."""
+    made = [
+        Job(
+            cell=cell,
+            stage=STAGE_LOWER,
+            queue=QUEUE_LOWER,
+            timeout_s=timeout_s,
+            status=JobStatus.QUEUED,
+            attempt=0,
+        )
+        for cell in cells
+    ]
+    session.add_all(made)
+    session.flush()
+    for job in made:
+        _send(session, job)
+    return made
 
 
 def device_stage(device_class: str) -> str:
@@ -198,11 +226,7 @@ def _current(session: Session, job_id: int, attempt: int) -> Job | None:
 
 
 def _close_attempt(session: Session, job: Job, outcome: str, error: str | None = None) -> None:
-    row = repository.attempt(session, job.id, job.attempt)
-    if row is not None:
-        row.finished_at = utcnow()
-        row.outcome = outcome
-        row.error = error
+    repository.close_attempt(session, job.id, job.attempt, outcome, error)
 
 
 def finish(
@@ -219,7 +243,7 @@ def finish(
     if job is None:
         return
     status = DOC_STATUS[doc.status]
-    result_id = repository.upsert_result(
+    repository.upsert_result(
         session,
         {
             "job_id": job.id,
@@ -236,7 +260,6 @@ def finish(
             "reuse_key": reuse_key,
         },
     )
-    repository.mark_latest_result(session, job.cell_id, result_id)
     _close_attempt(session, job, status.value)
     if doc.reused_from is not None:
         source = doc.reused_from

@@ -10,7 +10,6 @@ from sqlalchemy.orm import Session
 
 from coverfarm import device_classes
 from coverfarm.cell_build import CpuJobs
-from coverfarm.queues import QUEUE_LOWER
 from coverfarm.result import Options
 from coverfarm.settings import Settings
 from orchestrator.errors import Invalid, NotFound
@@ -114,12 +113,14 @@ def create(session: Session, settings: Settings, body: SweepCreate) -> Sweep:
         backend: options.model_copy(update={"force_fp16": body.options.force_fp16 and backend == "vulkan"})
         for backend in body.backends
     }
+    cells = []
     for policy in body.policies:
         for backend in body.backends:
             cell_options = by_backend[backend].model_dump(mode="json")
             cell = Cell(sweep=sweep, policy=policy, backend=backend, options=cell_options)
             session.add(cell)
-            jobs.create(session, cell, jobs.STAGE_LOWER, QUEUE_LOWER, timeout_s)
+            cells.append(cell)
+    jobs.create_first(session, cells, timeout_s)
     emit(session, "sweep", sweep_id=sweep.id, payload={"state": "created", "cells": len(sweep.cells)})
     return sweep
 
