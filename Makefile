@@ -70,6 +70,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/engine_stages.py
 	$(BIN)/python benchmarks/partitioner.py
 	$(BIN)/python benchmarks/farm_api.py
+	$(BIN)/python benchmarks/farm_overhead.py
 	$(BIN)/python benchmarks/dashboard_page.py
 	$(BIN)/python benchmarks/runner_latency.py
 

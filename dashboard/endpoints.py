@@ -8,6 +8,7 @@ its public views), so the grid can never show something the API does not.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlencode
@@ -19,21 +20,26 @@ from fastapi.templating import Jinja2Templates
 
 from coverfarm import tracker
 from dashboard import progress_page, views
-from dashboard.heatmap import heatmap
+from dashboard.heatmap import COL_W, ROW_H, heatmap, square
 from dashboard.progress_plot import plot
 from orchestrator.deps import SessionDep
 from orchestrator.devices.grid import device_inputs
-from orchestrator.inputs import Id, Offset
-from orchestrator.models import utcnow
+from orchestrator.inputs import DB_INT_MAX, Id, Offset
+from orchestrator.models import Cell, utcnow
 from orchestrator.reports import progress
 from orchestrator.reports import service as reports
 from orchestrator.reports.progress_markdown import stack_label
 from orchestrator.sweeps import cell_views, service
+from orchestrator.sweeps.schemas import SweepSummary
 from orchestrator.workers import service as workers
 
 HERE = Path(__file__).resolve().parent
 STATIC = {"grid.js": "text/javascript", "style.css": "text/css"}
 PAGE_SIZE = 50
+# Policies (rows) a grid page renders, and that the page's script loads at a time as it scrolls.
+ROWS = 50
+# Cells one live update renders at most (the script asks for those of its events).
+LIVE_CELLS = 500
 
 # Autoescape everything, the SVG template included (select_autoescape would skip ".svg").
 _env = jinja2.Environment(
@@ -47,6 +53,8 @@ _env.globals.update(
     duration=views.duration_text,
     percent=tracker.share_percent,
     stack_label=stack_label,
+    heatmap_col_w=COL_W,
+    heatmap_row_h=ROW_H,
 )
 templates = Jinja2Templates(env=_env)
 
@@ -62,22 +70,74 @@ StacksQuery = Annotated[
 ]
 
 
-def _grid_context(session: SessionDep, sweep_id: int, stack: list[str] | None = None) -> dict[str, Any]:
-    stored = service.get(session, sweep_id)
+@dataclass(frozen=True)
+class Rows:
+    """Which of the sweep's rows (policies, in cell order) a page or a load of rows holds."""
+
+    offset: int
+    page: int  # rows a load holds
+    total: int  # the sweep's policies
+    columns: int  # the table's columns, the policy's (and the stack's) included
+    next: int | None  # offset of the rows after these (None: these are the last)
+    before: int | None  # offset of the page before (None: these are the first)
+    stacks_query: str = ""  # "&stack=..." per stack asked for, kept by every link to more rows
+
+
+def _stacks_query(chosen: list[str]) -> str:
+    return "".join(f"&{urlencode([('stack', name)])}" for name in chosen)
+
+
+def _rows(
+    sweep: SweepSummary, offset: int, limit: int, chosen: list[str], *, compare: bool, page: bool = True
+) -> Rows:
+    """``page``: for a page of its own (links both ways); else rows loaded below others (onward only)."""
+    total = len(sweep.policies)
+    return Rows(
+        offset=offset,
+        page=limit,
+        total=total,
+        columns=1 + int(compare) + sum(len(views.backend_columns(backend)) for backend in sweep.backends),
+        next=offset + limit if offset + limit < total else None,
+        before=max(0, offset - limit) if page and offset > 0 else None,
+        stacks_query=_stacks_query(chosen),
+    )
+
+
+def _chosen(sweep: SweepSummary, stack: list[str] | None) -> list[str]:
+    """The stacks asked for, each one of the sweep's (else a 422 naming those it has)."""
     chosen = list(dict.fromkeys(stack or []))
+    known = list(sweep.stacks)
     for name in chosen:
-        reports.check_stack(stored, name)
-    sweep = service.sweep_view(stored, workers.live(session))
-    cells = cell_views.sweep_views(session, stored)
-    shown = chosen or cell_views.sweep_stacks(stored)[:1]
-    grid = views.grid(sweep, cells, cell_views.release_order(stored, cells), shown)
-    query = f"?{urlencode([('stack', name) for name in chosen])}" if chosen else ""
+        reports.check_stack_of(sweep.id, known, name)
+    return chosen
+
+
+def _grid(session: SessionDep, sweep: SweepSummary, cells: list[Cell], chosen: list[str]) -> views.Grid:
+    """The grid of some of the sweep's stored cells, with their device columns and why a cell waits
+    for a worker; the ``chosen`` stacks (default: the sweep's first), side by side when
+    several."""
+    online = workers.live(session)
+    public = [service.cell_view(cell, online) for cell in cells]
+    cell_views_ = cell_views.views_of(session, cells, sweep.device_classes)
+    stacks = cell_views.release_order(list(sweep.stacks), cells, cell_views_)
+    return views.grid(sweep.backends, public, cell_views_, stacks, chosen or list(sweep.stacks)[:1])
+
+
+def _page(session: SessionDep, sweep_id: int, offset: int, stack: list[str] | None = None) -> dict[str, Any]:
+    """A grid page: the sweep's summary (counted in the database) and one page of its rows."""
+    sweep = service.summary(session, sweep_id)
+    chosen = _chosen(sweep, stack)
+    grid = _grid(session, sweep, service.cells_of_rows(session, sweep, offset, ROWS), chosen)
+    # The stacks shown are named in every link the page follows (its next rows, live.json), so that
+    # what it loads later is of the stacks it shows, whichever order a load of other rows would give.
+    shown = grid.shown if len(grid.stacks) > 1 else []
     return {
         "sweep": sweep,
         "grid": grid,
+        "rows": _rows(sweep, offset, ROWS, shown, compare=grid.compare),
         "heatmap": heatmap(grid),
         "progress": views.progress(sweep),
-        "query": query,
+        "query": f"?{urlencode([('stack', name) for name in shown])}" if shown else "",
     }
 
 
@@ -99,35 +159,82 @@ def index(request: Request, session: SessionDep, offset: Offset = 0) -> HTMLResp
 
 @router.get("/sweeps/{sweep_id:int}", response_class=HTMLResponse)
 def sweep_grid(
-    request: Request, sweep_id: Id, session: SessionDep, stack: StacksQuery = None
+    request: Request, sweep_id: Id, session: SessionDep, offset: Offset = 0, stack: StacksQuery = None
 ) -> HTMLResponse:
-    context = _grid_context(session, sweep_id, stack)
+    """The grid with the sweep's rows from ``offset`` (a page of them; the script loads the rest as
+    they come into view), of the ``stack`` asked for, or several side by side."""
+    context = _page(session, sweep_id, offset, stack)
     return templates.TemplateResponse(request, "grid.html", {**context, "now": utcnow()})
 
 
 @router.get("/sweeps/{sweep_id:int}/heatmap.svg")
-def sweep_heatmap(sweep_id: Id, session: SessionDep, stack: StacksQuery = None) -> Response:
-    context = _grid_context(session, sweep_id, stack)
+def sweep_heatmap(
+    sweep_id: Id, session: SessionDep, offset: Offset = 0, stack: StacksQuery = None
+) -> Response:
+    """The heatmap of the grid page's rows from ``offset``."""
+    context = _page(session, sweep_id, offset, stack)
     svg = _env.get_template("heatmap.svg").render(map=context["heatmap"], standalone=True)
     return Response(svg, media_type="image/svg+xml")
 
 
-@router.get("/sweeps/{sweep_id:int}/live.json")
-def sweep_live(sweep_id: Id, session: SessionDep, stack: StacksQuery = None) -> JSONResponse:
-    """What the page swaps in when events arrive or the stream comes back: each shown cell's columns
-    as the grid renders them, the progress count and the heatmap, all rendered here by the same
-    templates as the page (the script formats nothing itself)."""
-    context = _grid_context(session, sweep_id, stack)
+@router.get("/sweeps/{sweep_id:int}/rows")
+def sweep_rows(
+    sweep_id: Id,
+    session: SessionDep,
+    offset: Offset = 0,
+    limit: Annotated[int, Query(ge=1, le=4 * ROWS)] = ROWS,
+    stack: StacksQuery = None,
+) -> JSONResponse:
+    """The sweep's rows from ``offset``, rendered as the page renders its own (``rows``), and what goes
+    below them (``more``: the next rows' link, empty after the last)."""
+    sweep = service.summary(session, sweep_id)
+    chosen = _chosen(sweep, stack)
+    grid = _grid(session, sweep, service.cells_of_rows(session, sweep, offset, limit), chosen)
     macros = _macros()
-    sweep = context["sweep"]
+    more = _rows(sweep, offset, limit, chosen, compare=grid.compare, page=False)
+    return JSONResponse(
+        {
+            "rows": str(macros.grid_rows(grid)),
+            "more": str(macros.more_rows(sweep.id, more)),
+            "now": utcnow().isoformat(),
+        },
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+@router.get("/sweeps/{sweep_id:int}/live.json")
+def sweep_live(
+    sweep_id: Id,
+    session: SessionDep,
+    cells: Annotated[
+        list[Id] | None, Query(max_length=LIVE_CELLS, description="these cells (their events' ids)")
+    ] = None,
+    rows: Annotated[
+        int | None, Query(ge=0, le=DB_INT_MAX, description="the cells of this many rows from offset")
+    ] = None,
+    offset: Offset = 0,
+    stack: StacksQuery = None,
+) -> JSONResponse:
+    """What the page swaps in when events arrive or the stream comes back: the columns and heatmap
+    square of the cells asked for (``cells``, else those of ``rows`` rows from ``offset``, else of the
+    page's rows) of the stacks shown, as the page renders them, and the sweep's state and progress,
+    counted in the database. The script formats nothing itself."""
+    sweep = service.summary(session, sweep_id)
+    chosen = _chosen(sweep, stack)
+    if cells:
+        stored = service.cells_by_id(session, sweep_id, cells)
+    else:
+        stored = service.cells_of_rows(session, sweep, offset, ROWS if rows is None else rows)
+    grid = _grid(session, sweep, stored, chosen)
+    macros = _macros()
     return JSONResponse(
         {
             "id": sweep.id,
             "state": sweep.state,
             "now": utcnow().isoformat(),
-            "cells": {str(cell.id): str(macros.cell_columns(cell)) for cell in context["grid"].cells},
-            "progress": str(macros.progress_bar(context["progress"])),
-            "heatmap": _env.get_template("heatmap.svg").render(map=context["heatmap"], standalone=False),
+            "cells": {str(cell.id): str(macros.cell_columns(cell)) for cell in grid.cells},
+            "squares": {str(cell.id): str(macros.heatmap_square(square(cell))) for cell in grid.cells},
+            "progress": str(macros.progress_bar(views.progress(sweep))),
         },
         headers={"Cache-Control": "no-store"},
     )

@@ -2,7 +2,8 @@
 the grid compares stacks, a column per backend and stack, the stacks of a backend side by side.
 
 Rendered on the server as plain SVG (dashboard/templates/heatmap.svg), so it needs no script and no
-front-end build; each square links to its cell's details.
+front-end build; each square links to its cell's details. A square is drawn at the origin of a group
+placed where it stands, so that the live page can swap one cell's square without knowing its place.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 
 from coverfarm import tracker
 from coverfarm.cell_view import Kind
-from dashboard.views import Grid, share_colour
+from dashboard.views import Grid, GridCell, share_colour
 
 ROW_H = 18
 COL_W = 84
@@ -28,8 +29,9 @@ MUTED_FILL = "#f4f5f6"
 
 @dataclass(frozen=True)
 class Square:
-    x: int
-    y: int
+    """One cell's square, wherever it stands: the page swaps it alone when the cell changes."""
+
+    cell_id: int
     fill: str
     text: str
     href: str
@@ -48,41 +50,42 @@ class Heatmap:
     title_y: int  # the columns' titles' baseline
     stacks: list[tuple[int, str]]  # (x centre, stack) under each column's title, when stacks are compared
     labels: list[tuple[int, str]]  # (y baseline, policy)
-    squares: list[Square]
+    squares: list[tuple[int, int, Square]]  # (x, y, square)
     legend_y: int
     legend: list[tuple[int, str]]  # (x, "0%" ... "100%") under the gradient
     stops: list[tuple[int, str]]  # gradient stops (offset %, colour)
 
 
+def square(cell: GridCell) -> Square:
+    if cell.heavy_share is not None:
+        fill = share_colour(cell.heavy_share)
+    elif cell.pending:
+        fill = PENDING_FILL
+    elif cell.heavy_kind is Kind.FAILED:
+        fill = FAILED_FILL
+    else:
+        fill = MUTED_FILL
+    return Square(
+        cell_id=cell.id,
+        fill=fill,
+        text=tracker.PENDING if cell.pending and cell.heavy_share is None else cell.heavy_text,
+        href=f"/cells/{cell.id}",
+        title=cell.summary,
+    )
+
+
 def heatmap(grid: Grid) -> Heatmap:
+    """The squares of the grid's rows (those a page shows)."""
     label_w = PAD + CHAR_W * max((len(policy) for policy in grid.policies), default=6)
     head_h = HEAD_H + (STACK_H if grid.compare else 0)
     columns = [(backend, stack) for backend in grid.backends for stack in grid.shown]
     cells = {(cell.policy, cell.backend, cell.stack): cell for cell in grid.cells}
-    squares: list[Square] = []
-    for row, policy in enumerate(grid.policies):
-        for col, (backend, stack) in enumerate(columns):
-            cell = cells.get((policy, backend, stack))
-            if cell is None:
-                continue
-            if cell.heavy_share is not None:
-                fill = share_colour(cell.heavy_share)
-            elif cell.pending:
-                fill = PENDING_FILL
-            elif cell.heavy_kind is Kind.FAILED:
-                fill = FAILED_FILL
-            else:
-                fill = MUTED_FILL
-            squares.append(
-                Square(
-                    x=label_w + col * COL_W,
-                    y=head_h + row * ROW_H,
-                    fill=fill,
-                    text=tracker.PENDING if cell.pending and cell.heavy_share is None else cell.heavy_text,
-                    href=f"/cells/{cell.id}",
-                    title=cell.summary,
-                )
-            )
+    squares = [
+        (label_w + col * COL_W, head_h + row * ROW_H, square(cell))
+        for row, policy in enumerate(grid.policies)
+        for col, (backend, stack) in enumerate(columns)
+        if (cell := cells.get((policy, backend, stack))) is not None
+    ]
     body_h = head_h + ROW_H * len(grid.policies)
     width = label_w + COL_W * max(len(columns), 2) + 3 * PAD  # room for the legend's last label
     legend_w = COL_W * 2

@@ -6,6 +6,7 @@ clock of what is running (⏳ and since when), and the device column, one per ce
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -13,7 +14,7 @@ from coverfarm import tracker
 from coverfarm.cell_view import CellView, Column, Kind
 from coverfarm.result import ResultDocument, StageResult
 from coverfarm.stacks import DEFAULT_STACK
-from orchestrator.sweeps.schemas import CellPublic, SweepPublic, SweepSummary
+from orchestrator.sweeps.schemas import CellPublic, SweepSummary
 
 DEVICE_COLUMN = "Device runs"
 # The progress count of the index and the grid, in this order; "done" is the API's "ok".
@@ -199,9 +200,8 @@ class GridRow:
 
 @dataclass(frozen=True)
 class Grid:
-    sweep: SweepPublic
     backends: list[str]
-    policies: list[str]
+    policies: list[str]  # of the rows shown
     rows: list[GridRow]  # per policy, and per stack shown under it when stacks are compared
     cells: list[GridCell] = field(default_factory=list)  # the cells shown
     stacks: list[str] = field(default_factory=list)  # the sweep's, oldest release first
@@ -218,29 +218,30 @@ class Grid:
 
 
 def grid(
-    sweep: SweepPublic,
+    backends: list[str],
+    cells: Sequence[CellPublic],
     views: dict[int, CellView],
     stacks: list[str] | None = None,
     shown: list[str] | None = None,
 ) -> Grid:
-    """``views``: the sweep's cell views by cell id (orchestrator.sweeps.cell_views.sweep_views);
-    ``stacks``: the sweep's (orchestrator.sweeps.cell_views.release_order); ``shown``: those to show,
-    one under the other per policy when there are several (default: the first stack's cells)."""
-    stacks = stacks or list(dict.fromkeys(cell.stack for cell in sweep.cells)) or [DEFAULT_STACK]
+    """Rows of some of a sweep's cells, one per policy in cell order (and per stack shown under it when
+    there are several) and a column per one of the sweep's ``backends``. ``views``: their views by cell
+    id (orchestrator.sweeps.cell_views.views_of); ``stacks``: the sweep's, oldest release first
+    (orchestrator.sweeps.cell_views.release_order); ``shown``: those to show (default: the first)."""
+    stacks = stacks or list(dict.fromkeys(cell.stack for cell in cells)) or [DEFAULT_STACK]
     shown = shown or stacks[:1]
-    cells = {
+    by_key = {
         (cell.policy, cell.backend, cell.stack): grid_cell(cell, views[cell.id])
-        for cell in sweep.cells
+        for cell in cells
         if cell.stack in shown
     }
+    policies = list(dict.fromkeys(cell.policy for cell in cells))
     rows = [
-        GridRow(
-            p, [cells.get((p, backend, stack)) for backend in sweep.backends], stack, 0 if i else len(shown)
-        )
-        for p in sweep.policies
+        GridRow(p, [by_key.get((p, backend, stack)) for backend in backends], stack, 0 if i else len(shown))
+        for p in policies
         for i, stack in enumerate(shown)
     ]
-    return Grid(sweep, sweep.backends, sweep.policies, rows, list(cells.values()), stacks, shown)
+    return Grid(backends, policies, rows, list(by_key.values()), stacks, shown)
 
 
 def progress(summary: SweepSummary) -> list[tuple[str, int]]:

@@ -27,6 +27,7 @@ from sqlalchemy import (
     event,
     false,
     text,
+    true,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, Mapper, declared_attr, mapped_column, relationship
@@ -125,6 +126,15 @@ JobStatusType = Enum(
     values_callable=lambda members: [member.value for member in members],
 )
 
+# A cell's state is a job status too, written only by sweeps.state.refresh_cell: no CHECK of its own.
+CellStateType = Enum(
+    JobStatus,
+    native_enum=False,
+    create_constraint=False,
+    length=16,
+    values_callable=lambda members: [member.value for member in members],
+)
+
 
 class Sweep(Base):
     __tablename__ = "sweeps"
@@ -146,19 +156,41 @@ class Sweep(Base):
         JSONType, default=lambda: [DEFAULT_STACK], server_default=text(f"'[\"{DEFAULT_STACK}\"]'")
     )
 
+    # What the sweep was made of, in its cells' order, and the options its cells record (the Vulkan cells'
+    # force_fp16): read by a big sweep's summary without reading a cell.
+    policies: Mapped[list[str]] = mapped_column(JSONType, default=list, server_default=text("'[]'"))
+    backends: Mapped[list[str]] = mapped_column(JSONType, default=list, server_default=text("'[]'"))
+    weights: Mapped[str] = mapped_column(String(8), default="auto", server_default="auto")
+    force_fp16: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+
     cells: Mapped[list[Cell]] = relationship(back_populates="sweep", order_by="Cell.id")
 
 
 class Cell(Base):
     __tablename__ = "cells"
-    __table_args__ = (UniqueConstraint("sweep_id", "policy", "backend", "stack"),)
+    __table_args__ = (
+        UniqueConstraint("sweep_id", "policy", "backend", "stack"),
+        # A sweep's cells counted per backend and state, and their latest results found, from the index
+        # alone (sweeps.repository: the summary, the list, a page of cells).
+        Index("ix_cells_sweep_states", "sweep_id", "backend", "state", "pending", "result_id"),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"), index=True)
+    sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"))
     policy: Mapped[str] = mapped_column(String(64))
     backend: Mapped[str] = mapped_column(String(64))
     stack: Mapped[str] = mapped_column(String(64), default=DEFAULT_STACK, server_default=DEFAULT_STACK)
     options: Mapped[dict[str, Any]] = mapped_column(JSONType)  # coverfarm.result.Options, as JSON
+    # Kept by the job service as its CPU jobs change (orchestrator.sweeps.state.refresh_cell), so that a
+    # big sweep's summary and pages read them off the cells instead of deriving them from every job and
+    # result: the cell's state and whether it is pending (sweeps.state.cell_state), and its latest result.
+    state: Mapped[JobStatus] = mapped_column(
+        CellStateType, default=JobStatus.QUEUED, server_default=JobStatus.QUEUED.value
+    )
+    pending: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
+    result_id: Mapped[int | None] = mapped_column(
+        ForeignKey("results.id", ondelete="SET NULL", use_alter=True, name="fk_cells_result_id_results")
+    )
 
     sweep: Mapped[Sweep] = relationship(back_populates="cells")
     jobs: Mapped[list[Job]] = relationship(back_populates="cell", order_by="Job.id")

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from celery import Celery, Task
 from celery.exceptions import Reject
-from celery.signals import worker_ready, worker_shutdown
+from celery.signals import worker_process_init, worker_ready, worker_shutdown
 from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
@@ -143,19 +143,44 @@ def cell_reuse_key(rt: Runtime, started: jobs.StartedJob) -> str | None:
         return None
 
 
-def try_reuse(rt: Runtime, started: jobs.StartedJob, key: str) -> bool:
+def try_reuse(session: Session, rt: Runtime, started: jobs.StartedJob, key: str) -> bool:
     """Finish the started job with a copy of a stored result that has ``key``; False when there is none."""
+    doc = jobs.reusable(session, key, started.job_id, started.reuse_unfinished)
+    if doc is None:
+        return False
+    # The bundle is in the store already (it was stored with the source's result): device jobs,
+    # if the sweep asks for any, are made by finish as for a fresh result.
+    jobs.finish(session, started.job_id, started.attempt, doc, rt.settings, reuse_key=key)
+    return True
 
-    def take(session: Session) -> bool:
-        doc = jobs.reusable(session, key, started.job_id, started.reuse_unfinished)
-        if doc is None:
-            return False
-        # The bundle is in the store already (it was stored with the source's result): device jobs,
-        # if the sweep asks for any, are made by finish as for a fresh result.
-        jobs.finish(session, started.job_id, started.attempt, doc, rt.settings, reuse_key=key)
-        return True
 
-    return patiently(rt, f"looking for a stored result of job {started.job_id}", take)
+@dataclass(frozen=True)
+class Begun:
+    """A started attempt, its reuse key, and whether a stored result finished it at once."""
+
+    started: jobs.StartedJob
+    key: str | None
+    reused: bool
+
+
+def begin(session: Session, rt: Runtime, job_id: int, worker: str) -> Begun | None:
+    """Start the job and, unless its sweep is fresh, finish it with a stored result of its reuse key,
+    in one transaction (one commit per job fewer than two); None when there is nothing to run."""
+    started = jobs.start(
+        session,
+        job_id,
+        worker,
+        rt.settings,
+        pid=os.getpid(),
+        attempt_alive=attempt_alive_here(worker),
+        worker_stack=rt.stack,
+        worker_memory_gb=rt.memory_gb,
+    )
+    if started is None:
+        return None
+    key = cell_reuse_key(rt, started)
+    reused = key is not None and not started.fresh and try_reuse(session, rt, started, key)
+    return Begun(started, key, reused)
 
 
 def job_heartbeat(rt: Runtime, job_id: int, attempt: int, worker: str) -> Periodic:
@@ -268,25 +293,12 @@ def patiently[T](rt: Runtime, what: str, work: Callable[[Session], T]) -> T:
 
 
 def run_lower(job_id: int, worker: str, rt: Runtime) -> None:
-    started = patiently(
-        rt,
-        f"starting job {job_id}",
-        lambda session: jobs.start(
-            session,
-            job_id,
-            worker,
-            rt.settings,
-            pid=os.getpid(),
-            attempt_alive=attempt_alive_here(worker),
-            worker_stack=rt.stack,
-            worker_memory_gb=rt.memory_gb,
-        ),
-    )
-    if started is None:
+    begun = patiently(rt, f"starting job {job_id}", lambda session: begin(session, rt, job_id, worker))
+    if begun is None:
         return
-    key = cell_reuse_key(rt, started)
-    if key is not None and not started.fresh and try_reuse(rt, started, key):
-        log.info("job %s: reused a stored result with key %s", job_id, key[:12])
+    started, key = begun.started, begun.key
+    if begun.reused:
+        log.info("job %s: reused a stored result with key %s", job_id, (key or "")[:12])
         return
     out_dir = rt.settings.results_dir / f"job-{job_id}" / f"attempt-{started.attempt}"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -327,6 +339,17 @@ app = make_celery(get_settings())
 
 
 _beat: Periodic | None = None
+
+
+@worker_process_init.connect
+def _connected(**_kwargs: Any) -> None:
+    """A pool process opens its database connection as it starts, not in its first job's time (a
+    database away now is met again, and waited for, by that job)."""
+    try:
+        with runtime().engine.connect():
+            pass
+    except OperationalError as error:
+        log.warning("no database connection yet: %s", str(error).splitlines()[0])
 
 
 @worker_ready.connect

@@ -21,6 +21,7 @@ import httpx
 
 from coverfarm import tracker
 from coverfarm.cli import offline
+from coverfarm.cli.follow import follow
 from coverfarm.errors import UserError
 from coverfarm.processes import exit_on_signals, start_child, stop_group
 from coverfarm.settings import Settings, get_settings
@@ -79,9 +80,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     submit.add_argument("--no-constant-prop", dest="constant_prop", action="store_false")
     submit.add_argument("--lowering", choices=["stock", "fast"], default="fast")
     submit.add_argument(
+        "--weights",
+        choices=["auto", "real", "fake"],
+        default="auto",
+        help="real or fake (shapes only) weights; auto: fake where the real ones would not fit the worker",
+    )
+    submit.add_argument(
         "--force-fp16", action="store_true", help="VulkanPartitioner({'force_fp16': True}) for Vulkan cells"
     )
-    submit.add_argument("--timeout", type=float, help="bound of each stage in seconds (the farm's default)")
+    submit.add_argument(
+        "--timeout", dest="timeout_s", type=float, help="bound of each stage in seconds (the farm's default)"
+    )
     submit.add_argument(
         "--fresh", action="store_true", help="lower every cell again, even where a stored result matches"
     )
@@ -181,7 +190,7 @@ def _up(args: argparse.Namespace) -> int:
         runner, classes = start_local_runner(url, token, settings)
         submit = argparse.Namespace(
             url=url, token=token, policies=args.policies, backends=args.backends, constant_prop=True,
-            lowering="fast", timeout=None, wait=True, device_classes=",".join(classes),
+            lowering="fast", timeout_s=None, wait=True, device_classes=",".join(classes),
         )  # fmt: skip
         code = run_submit(submit)
         if not args.once:
@@ -297,17 +306,19 @@ def _names(value: str) -> list[str]:
 
 
 def run_submit(args: argparse.Namespace) -> int:
+    """POST the sweep with every option the API takes (``SweepCreate``); ``--wait`` follows it."""
     body: dict[str, Any] = {
         "policies": _names(args.policies),
         "backends": _names(args.backends),
         "options": {
             "constant_prop": args.constant_prop,
             "lowering": args.lowering,
+            "weights": getattr(args, "weights", "auto"),
             "force_fp16": getattr(args, "force_fp16", False),
         },
     }
-    if args.timeout is not None:
-        body["timeout_s"] = args.timeout
+    if args.timeout_s is not None:
+        body["timeout_s"] = args.timeout_s
     if getattr(args, "fresh", False):
         body["fresh"] = True
     if getattr(args, "reuse_unfinished", False):
@@ -321,7 +332,7 @@ def run_submit(args: argparse.Namespace) -> int:
     print(f"sweep {sweep['id']}: {len(sweep['cells'])} cells queued", file=sys.stderr)
     print(f"grid: {url}/sweeps/{sweep['id']}", file=sys.stderr)
     if args.wait:
-        _wait(url, sweep["id"])
+        follow(url, sweep["id"], _Ending(url, sweep["id"]))
         print(_request("GET", f"{url}/api/sweeps/{sweep['id']}/report.md").text)
     print(sweep["id"])  # alone on the last line, for scripts
     return 0
@@ -333,42 +344,30 @@ STALL_GRACE_S = 30.0
 DEVICE_STAGES = ("run:", "baseline:")  # orchestrator.models.DEVICE_STAGE_PREFIXES
 
 
-def _wait(url: str, sweep_id: int) -> None:
-    """Follow the sweep's event stream until no cell is queued or running, or until every pending cell
-    has waited ``STALL_GRACE_S`` for a worker that is not there (said on stderr)."""
-    stalled_since: float | None = None
+class _Ending:
+    """``done`` for ``follow``: the sweep's summary says it ended, or, read after the stream was quiet,
+    every pending cell has waited ``STALL_GRACE_S`` for a worker that is not there (said on stderr)."""
 
-    def over() -> bool:
-        nonlocal stalled_since
-        sweep = _state(url, sweep_id)
-        if sweep["state"] in DONE_STATES:
+    def __init__(self, url: str, sweep_id: int) -> None:
+        self.url, self.sweep_id = url, sweep_id
+        self.stalled_since: float | None = None
+
+    def __call__(self, quiet: bool) -> bool:
+        if _state(self.url, self.sweep_id) in DONE_STATES:
             return True
+        if not quiet:
+            self.stalled_since = None
+            return False
+        sweep = _request("GET", f"{self.url}/api/sweeps/{self.sweep_id}").json()
         reasons = waits_for_workers(sweep)
         if reasons is None:
-            stalled_since = None
+            self.stalled_since = None
             return False
-        stalled_since = stalled_since or time.monotonic()
-        if time.monotonic() - stalled_since < STALL_GRACE_S:
+        self.stalled_since = self.stalled_since or time.monotonic()
+        if time.monotonic() - self.stalled_since < STALL_GRACE_S:
             return False
-        print(f"coverfarm: sweep {sweep_id} stops here: {'; '.join(reasons)}", file=sys.stderr)
+        print(f"coverfarm: sweep {self.sweep_id} stops here: {'; '.join(reasons)}", file=sys.stderr)
         return True
-
-    while True:
-        try:
-            with httpx.stream(
-                "GET", f"{url}/api/events", params={"sweep": sweep_id}, timeout=httpx.Timeout(10, read=60)
-            ) as stream:
-                # Subscribed first, then read the state: a change in between arrives as an event.
-                if over():
-                    return
-                for line in stream.iter_lines():
-                    # Nothing happens while every cell waits for a worker: the keep-alives tell the time.
-                    quiet = stalled_since is not None and line.startswith(":")
-                    if (line.startswith("data:") or quiet) and over():
-                        return
-        except httpx.TransportError as error:
-            print(f"coverfarm: event stream interrupted ({error}); reconnecting", file=sys.stderr)
-            time.sleep(1)
 
 
 def waits_for_workers(sweep: dict[str, Any]) -> list[str] | None:
@@ -386,10 +385,11 @@ def waits_for_workers(sweep: dict[str, Any]) -> list[str] | None:
     return sorted({str(cell["waiting"]) for cell in pending})
 
 
-def _state(url: str, sweep_id: int) -> dict[str, Any]:
-    sweep: dict[str, Any] = _request("GET", f"{url}/api/sweeps/{sweep_id}").json()
-    print(f"sweep {sweep_id}: {sweep['state']} {json.dumps(sweep['counts'])}", file=sys.stderr)
-    return sweep
+def _state(url: str, sweep_id: int) -> str:
+    """The sweep's state from its summary (counts, no cell), said on stderr."""
+    summary = _request("GET", f"{url}/api/sweeps/{sweep_id}/summary").json()
+    print(f"sweep {sweep_id}: {summary['state']} {json.dumps(summary['counts'])}", file=sys.stderr)
+    return str(summary["state"])
 
 
 def run_status(args: argparse.Namespace) -> int:

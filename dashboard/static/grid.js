@@ -1,6 +1,8 @@
 // The live grid: listens to the sweep's event stream (EventSource) and swaps in the cells the server
-// renders. It formats nothing itself: every cell's text comes from /sweeps/{id}/live.json, rendered
-// by the same templates as the page. There is no polling loop; the only timer counts the ⏳ clocks.
+// renders, and loads the sweep's rows a page at a time as they come into view. It formats nothing
+// itself: every cell's text comes from /sweeps/{id}/live.json and every row from /sweeps/{id}/rows,
+// rendered by the same templates as the page. An event asks for its own cell only; there is no polling
+// loop, and the only timer counts the ⏳ clocks.
 (function () {
   "use strict";
   document.documentElement.classList.add("js");
@@ -10,6 +12,7 @@
   var liveUrl = root.dataset.liveUrl;
   var eventsUrl = root.dataset.eventsUrl;
   var status = document.getElementById("live");
+  var rowsBody = document.getElementById("rows");
   var panel = document.getElementById("panel");
   var panelBody = document.getElementById("panel-body");
   var openCell = null; // the cell whose details are in the panel
@@ -20,6 +23,10 @@
   var retryMs = 1000;
   var refreshing = null;
   var again = false;
+  var changed = {}; // cell ids whose events arrived since they were last asked for
+  var everything = false; // the next refresh asks for every loaded row (the stream opened, or a sweep event)
+  var loadingRows = null; // the fetch of the next rows, while it runs
+  var MAX_CELLS = 500; // what one live.json answers at most
 
   function setStatus(state, text) {
     status.dataset.state = state;
@@ -34,6 +41,7 @@
       retryMs = 1000;
       setStatus("live", "live");
       // Whatever changed before this stream opened (page load, or the server was away): resync once.
+      everything = true;
       refresh();
     };
     source.onerror = function () {
@@ -45,9 +53,50 @@
         retryMs = Math.min(retryMs * 2, 10000);
       }
     };
-    source.addEventListener("job", refresh);
-    source.addEventListener("sweep", refresh);
-    source.addEventListener("device", refresh); // a device result stored by a job or an import
+    source.addEventListener("job", cellChanged);
+    source.addEventListener("device", cellChanged); // a device result stored by a job or an import
+    source.addEventListener("sweep", function () {
+      everything = true; // created or cancelled: every cell may have changed
+      refresh();
+    });
+  }
+
+  function cellChanged(event) {
+    var data = JSON.parse(event.data);
+    if (data.cell_id !== null && data.cell_id !== undefined) changed[String(data.cell_id)] = true;
+    refresh();
+  }
+
+  function loaded(id) {
+    return document.querySelector('td[data-cell="' + id + '"]') !== null;
+  }
+
+  // What the next live.json asks for: every loaded row, or the changed cells that are loaded (at most
+  // MAX_CELLS; the rest wait for the next fetch), or no cell (the progress and state only).
+  function nextQuery() {
+    if (everything) {
+      everything = false;
+      changed = {};
+      // A row of the sweep is a policy: under it, one table row per stack when stacks are compared.
+      return "offset=" + root.dataset.offset + "&rows=" + rowsBody.querySelectorAll("th.policy").length;
+    }
+    var ids = [];
+    Object.keys(changed).forEach(function (id) {
+      if (ids.length >= MAX_CELLS) return;
+      if (loaded(id)) {
+        ids.push(id);
+        delete changed[id];
+      } else if (!loadingRows) {
+        delete changed[id]; // not on the page: the rows that show it will be rendered fresh
+      }
+    });
+    if (ids.length >= MAX_CELLS) again = true;
+    if (!ids.length) return "rows=0";
+    return ids
+      .map(function (id) {
+        return "cells=" + id;
+      })
+      .join("&");
   }
 
   // One fetch at a time; events that arrive during it are folded into one more fetch after it.
@@ -56,7 +105,8 @@
       again = true;
       return refreshing;
     }
-    refreshing = fetch(liveUrl, { cache: "no-store", headers: { Accept: "application/json" } })
+    var url = liveUrl + (liveUrl.indexOf("?") < 0 ? "?" : "&") + nextQuery();
+    refreshing = fetch(url, { cache: "no-store", headers: { Accept: "application/json" } })
       .then(function (response) {
         if (!response.ok) throw new Error("live.json: " + response.status);
         return response.json();
@@ -79,12 +129,13 @@
     clockOffset = Date.parse(data.now) - Date.now();
     Object.keys(data.cells).forEach(function (id) {
       var html = data.cells[id];
-      if (rendered[id] === html) return;
-      rendered[id] = html;
-      if (replaceCell(id, html) && openCell === id) loadDetails(id, false);
+      if (rendered[id] !== html) {
+        rendered[id] = html;
+        if (replaceCell(id, html) && openCell === id) loadDetails(id, false);
+      }
+      replaceSquare(id, data.squares[id]);
     });
     swap("progress", data.progress);
-    swap("heatmap", data.heatmap);
     var badge = document.getElementById("sweep-state");
     if (badge && badge.textContent !== data.state) {
       badge.textContent = data.state;
@@ -94,9 +145,70 @@
     tick();
   }
 
+  // --- rows, loaded as they come into view ----------------------------------------------------------
+  var watcher =
+    "IntersectionObserver" in window
+      ? new IntersectionObserver(
+          function (entries) {
+            if (entries.some(function (entry) { return entry.isIntersecting; })) loadRows();
+          },
+          { rootMargin: "600px 0px" }
+        )
+      : null;
+
+  function watchMore() {
+    var more = document.getElementById("more-rows");
+    if (watcher && more && more.dataset.rowsUrl) watcher.observe(more);
+  }
+
+  function parsed(html) {
+    var template = document.createElement("template");
+    template.innerHTML = html;
+    return Array.prototype.slice.call(template.content.children);
+  }
+
+  function loadRows() {
+    var more = document.getElementById("more-rows");
+    if (loadingRows || !more || !more.dataset.rowsUrl) return;
+    loadingRows = fetch(more.dataset.rowsUrl, { cache: "no-store", headers: { Accept: "application/json" } })
+      .then(function (response) {
+        if (!response.ok) throw new Error("rows: " + response.status);
+        return response.json();
+      })
+      .then(function (data) {
+        clockOffset = Date.parse(data.now) - Date.now();
+        parsed(data.rows).forEach(function (tr) {
+          rowsBody.appendChild(tr);
+        });
+        if (watcher) watcher.unobserve(more);
+        var next = parsed(data.more);
+        if (next.length) more.replaceWith(next[0]);
+        else more.remove();
+        root.dataset.rows = String(rowsBody.rows.length);
+        tick();
+      })
+      .catch(function () {
+        // Tried again when the link next comes into view.
+      })
+      .then(function () {
+        loadingRows = null;
+        // Events that came while these rows were on their way may be newer than what they show.
+        if (Object.keys(changed).length) refresh();
+        watchMore();
+      });
+  }
+
   function swap(id, html) {
     var node = document.getElementById(id);
     if (node && node.innerHTML !== html) node.innerHTML = html;
+  }
+
+  function replaceSquare(id, html) {
+    var old = document.querySelector('#heatmap a[data-cell="' + id + '"]');
+    if (!old || html === undefined || old.outerHTML === html) return;
+    // Parsed inside an <svg>, so the square's elements are SVG ones.
+    var fresh = parsed('<svg xmlns="http://www.w3.org/2000/svg">' + html + "</svg>")[0].firstElementChild;
+    if (fresh) old.replaceWith(fresh);
   }
 
   function replaceCell(id, html) {
@@ -253,6 +365,7 @@
   });
 
   setStatus("reconnecting", "connecting…");
+  watchMore();
   connect();
   tick();
   setInterval(tick, 1000);

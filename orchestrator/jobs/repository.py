@@ -47,10 +47,13 @@ def result_with_key(
     return None if row is None else (row[0], row[1], row[2])
 
 
-def attempt(session: Session, job_id: int, number: int) -> JobAttempt | None:
-    return session.scalars(
-        select(JobAttempt).where(JobAttempt.job_id == job_id, JobAttempt.attempt == number)
-    ).one_or_none()
+def close_attempt(session: Session, job_id: int, number: int, outcome: str, error: str | None) -> None:
+    """Stamp the end of attempt ``number`` of the job, with its outcome, in one statement."""
+    session.execute(
+        update(JobAttempt)
+        .where(JobAttempt.job_id == job_id, JobAttempt.attempt == number)
+        .values(finished_at=utcnow(), outcome=outcome, error=error)
+    )
 
 
 def beat(session: Session, job_id: int, number: int, worker: str) -> bool:

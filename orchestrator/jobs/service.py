@@ -26,6 +26,7 @@ from orchestrator.devices.repository import baseline_classes
 from orchestrator.jobs import repository
 from orchestrator.jobs.transitions import TERMINAL, lock_job, transition
 from orchestrator.models import DEVICE_STAGE_PREFIXES, Cell, Job, JobAttempt, JobStatus, utcnow
+from orchestrator.sweeps.state import refresh_cell
 from orchestrator.workers import service as workers
 from orchestrator.workers.service import Live
 
@@ -75,6 +76,9 @@ def create(
     )
     session.add(job)
     session.flush()
+    if device_class_of(job) is None and len(cell.jobs) > 1:
+        # A new cell's first job leaves it queued, as it was made; a re-run changes what it shows.
+        refresh_cell(session, cell.id)
     _send(session, job)
     return job
 
@@ -102,6 +106,27 @@ def waiting(job: Job, live: Live) -> str | None:
     if job.status is not JobStatus.QUEUED or device_class_of(job) is not None or job.queue in live.queues:
         return None
     return routes.waiting_reason(job.cell.stack, job.memory_gb, live.stacks)
+
+
+def create_first(session: Session, cells: list[Cell], timeout_s: float) -> list[Job]:
+    """The first lower job of each of a new sweep's ``cells``, all written in one flush with the cells
+    (an INSERT per table, not two per cell), each sent after the transaction commits."""
+    made = [
+        Job(
+            cell=cell,
+            stage=STAGE_LOWER,
+            queue=routes.lower_queue(cell.stack, long=False, memory_gb=None),
+            timeout_s=timeout_s,
+            status=JobStatus.QUEUED,
+            attempt=0,
+        )
+        for cell in cells
+    ]
+    session.add_all(made)
+    session.flush()
+    for job in made:
+        _send(session, job)
+    return made
 
 
 def device_stage(device_class: str) -> str:
@@ -267,11 +292,7 @@ def _current(session: Session, job_id: int, attempt: int) -> Job | None:
 
 
 def _close_attempt(session: Session, job: Job, outcome: str, error: str | None = None) -> None:
-    row = repository.attempt(session, job.id, job.attempt)
-    if row is not None:
-        row.finished_at = utcnow()
-        row.outcome = outcome
-        row.error = error
+    repository.close_attempt(session, job.id, job.attempt, outcome, error)
 
 
 def finish(

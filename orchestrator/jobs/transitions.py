@@ -8,16 +8,17 @@
 
 Every transition runs on a row locked with SELECT ... FOR UPDATE (SQLite has no row locks, but its
 writers are serialised on the whole file), records why it happened and writes an event in the same
-transaction.
+transaction; a CPU job's change is written onto its cell's state too (``sweeps.state.refresh_cell``).
 """
 
 from __future__ import annotations
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, joinedload
 
 from orchestrator.events.repository import emit
-from orchestrator.models import REASON, Job, JobStatus, clip, utcnow
+from orchestrator.models import DEVICE_STAGE_PREFIXES, REASON, Cell, Job, JobStatus, clip, utcnow
+from orchestrator.sweeps.state import refresh_cell
 
 ALLOWED: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED}),
@@ -33,8 +34,14 @@ class TransitionError(RuntimeError):
 
 
 def lock_job(session: Session, job_id: int) -> Job | None:
+    """The job, its row locked, read with its cell and sweep (which its transition's event and most
+    callers read; one statement rather than three). Only the job's row is locked."""
     return session.scalars(
-        select(Job).where(Job.id == job_id).with_for_update().execution_options(populate_existing=True)
+        select(Job)
+        .where(Job.id == job_id)
+        .options(joinedload(Job.cell, innerjoin=True).joinedload(Cell.sweep, innerjoin=True))
+        .with_for_update(of=Job)
+        .execution_options(populate_existing=True)
     ).one_or_none()
 
 
@@ -62,6 +69,8 @@ def transition(session: Session, job: Job, to: JobStatus, reason: str) -> None:
     else:
         job.finished_at = now
     session.flush()
+    if not job.stage.startswith(DEVICE_STAGE_PREFIXES):  # device jobs have their own columns
+        refresh_cell(session, job.cell_id)
     emit(
         session,
         "job",

@@ -34,7 +34,7 @@ from orchestrator.reports.schemas import (
     StepPublic,
 )
 from orchestrator.reports.service import device_classes_shown
-from orchestrator.sweeps.cell_views import latest_document, release_order, sweep_views
+from orchestrator.sweeps.cell_views import latest_document, release_order, sweep_stacks, sweep_views
 
 COVERAGE = ("ops", "heavy", "programs", "export")  # the JSON's names of the tracker's columns
 
@@ -100,7 +100,7 @@ def stacks_of(sweep: Sweep, views: dict[int, CellView], docs: Docs) -> list[Stac
     """The sweep's stacks, oldest release first (``release_order``), with the versions their results
     recorded."""
     stacks = []
-    for name in release_order(sweep, views):
+    for name in release_order(sweep_stacks(sweep), sweep.cells, views):
         recorded = [doc for cell in sweep.cells if cell.stack == name and (doc := docs[cell.id]) is not None]
         executorch, torch = (_most_recorded(recorded, package) for package in ("executorch", "torch"))
         stacks.append(StackInfo(name, executorch, torch))

@@ -398,13 +398,17 @@ def check_backend(sweep: Sweep, backend: str | None) -> None:
 
 def check_stack(sweep: Sweep, stack: str | None, loc: str = "stack") -> None:
     """A stack the sweep does not have is a 422 that names the ones it has."""
-    known = sweep_stacks(sweep)
+    check_stack_of(sweep.id, sweep_stacks(sweep), stack, loc)
+
+
+def check_stack_of(sweep_id: int, known: list[str], stack: str | None, loc: str = "stack") -> None:
+    """A stack not among ``known`` (sweep ``sweep_id``'s) is a 422 that names those."""
     if stack is not None and stack not in known:
         raise Invalid(
             [
                 {
                     "loc": ["query", loc],
-                    "msg": f"sweep {sweep.id} has no stack {stack!r}; it has: {', '.join(known)}",
+                    "msg": f"sweep {sweep_id} has no stack {stack!r}; it has: {', '.join(known)}",
                     "type": "value_error",
                     "input": stack,
                 }

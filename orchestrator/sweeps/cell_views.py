@@ -51,9 +51,15 @@ def plain_views(sweep: Sweep) -> dict[int, CellView]:
 def sweep_views(session: Session, sweep: Sweep) -> dict[int, CellView]:
     """Cell id -> view, with a device column per device class of the sweep, and why a cell waits for a
     worker when it does."""
-    inputs = device_inputs(session, sweep.cells, sweep.device_classes)
+    return views_of(session, sweep.cells, sweep.device_classes)
+
+
+def views_of(session: Session, cells: Sequence[Cell], device_classes: Sequence[str]) -> dict[int, CellView]:
+    """Cell id -> view of some of a sweep's cells, with a device column per one of ``device_classes``
+    (the sweep's), and why a cell waits for a worker when it does."""
+    inputs = device_inputs(session, cells, device_classes)
     online = live(session)
-    return {cell.id: view_of(cell, inputs[cell.id], online) for cell in sweep.cells}
+    return {cell.id: view_of(cell, inputs[cell.id], online) for cell in cells}
 
 
 def sweep_stacks(sweep: Sweep) -> list[str]:
@@ -69,14 +75,14 @@ def _release_key(release: str | None) -> tuple[int, Version]:
         return (1, Version("0"))
 
 
-def release_order(sweep: Sweep, views: dict[int, CellView]) -> list[str]:
-    """The sweep's stacks, oldest ExecuTorch release first: by the release most of each stack's results
-    recorded (``CellView.release``); a stack with none, or none that reads as a version, comes after
-    them, in the sweep's order."""
-    recorded: dict[str, Counter[str]] = {name: Counter() for name in sweep_stacks(sweep)}
-    for cell in sweep.cells:
+def release_order(stacks: Sequence[str], cells: Sequence[Cell], views: dict[int, CellView]) -> list[str]:
+    """``stacks`` (a sweep's), oldest ExecuTorch release first: by the release most of each stack's
+    results among ``cells`` recorded (``CellView.release``); a stack with none, or none that reads as a
+    version, comes after them, in the sweep's order."""
+    recorded: dict[str, Counter[str]] = {name: Counter() for name in stacks}
+    for cell in cells:
         release = views[cell.id].release if cell.id in views else None
-        if release is not None:
+        if release is not None and cell.stack in recorded:
             recorded[cell.stack][release] += 1
     releases = {name: found.most_common(1)[0][0] if found else None for name, found in recorded.items()}
     return sorted(recorded, key=lambda name: _release_key(releases[name]))

@@ -6,11 +6,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import ColumnElement, Subquery, and_, case, func, or_, select
+from sqlalchemy import case, func, or_, select
 from sqlalchemy.orm import Session, selectinload
 
-from orchestrator.models import DEVICE_STAGE_PREFIXES, PENDING_STATUSES, Cell, Job, JobStatus, Result, Sweep
-from orchestrator.sweeps.state import cell_state_sql
+from orchestrator.models import DEVICE_STAGE_PREFIXES, PENDING_STATUSES, Cell, Job, Result, Sweep
 
 _CELL_TREE = selectinload(Cell.jobs).selectinload(Job.result)
 
@@ -28,8 +27,6 @@ class SweepTally:
 
     counts: dict[str, int] = field(default_factory=dict)
     pending: int = 0
-    policies: list[str] = field(default_factory=list)
-    backends: list[str] = field(default_factory=list)
 
 
 def list_sweeps(session: Session, limit: int, offset: int) -> Sequence[Sweep]:
@@ -44,81 +41,37 @@ def count_sweeps(session: Session) -> int:
 _DEVICE_STAGE = or_(*(Job.stage.startswith(prefix) for prefix in DEVICE_STAGE_PREFIXES))
 
 
-def cell_states(where: ColumnElement[bool]) -> Subquery:
-    """Per cell matching ``where``: id, sweep_id, policy, backend, stack, state and pending, derived in
-    the database by ``sweeps.state.cell_state_sql`` from its CPU jobs (device jobs have their own
-    columns)."""
-    per_cell = (
-        select(
-            Cell.id.label("cell_id"),
-            Cell.sweep_id,
-            Cell.policy,
-            Cell.backend,
-            Cell.stack,
-            func.max(Job.id).label("latest"),
-            func.max(case((Job.status == JobStatus.SLOW, 1), else_=0)).label("any_slow"),
-        )
-        .outerjoin(Job, (Job.cell_id == Cell.id) & ~_DEVICE_STAGE)
-        .where(where)
-        .group_by(Cell.id, Cell.sweep_id, Cell.policy, Cell.backend, Cell.stack)
-        .subquery()
-    )
-    latest = Job.__table__.alias("latest_job")
-    state, pending = cell_state_sql(latest.c.status, per_cell.c.any_slow)
-    return (
-        select(
-            per_cell.c.cell_id,
-            per_cell.c.sweep_id,
-            per_cell.c.policy,
-            per_cell.c.backend,
-            per_cell.c.stack,
-            state.label("state"),
-            pending.label("pending"),
-        )
-        .select_from(per_cell.outerjoin(latest, latest.c.id == per_cell.c.latest))
-        .subquery()
-    )
-
-
 def tally(session: Session, sweep_ids: Sequence[int]) -> dict[int, SweepTally]:
-    """Per sweep: cells per state and the policies and backends in cell order, counted in the database
-    with ``sweeps.state.cell_state_sql``, the state rule the loaded cells' views use."""
+    """Per sweep: cells per state, and cells and device jobs pending, counted in the database off the
+    cells' kept states (``sweeps.state.refresh_cell``): no job read but the pending device ones."""
     tallies = {sweep_id: SweepTally() for sweep_id in sweep_ids}
     if not sweep_ids:
         return tallies
-    states = cell_states(Cell.sweep_id.in_(sweep_ids))
     rows = session.execute(
-        select(states.c.sweep_id, states.c.state, states.c.pending, func.count()).group_by(
-            states.c.sweep_id, states.c.state, states.c.pending
-        )
+        select(Cell.sweep_id, Cell.state, Cell.pending, func.count())
+        .where(Cell.sweep_id.in_(sweep_ids))
+        .group_by(Cell.sweep_id, Cell.state, Cell.pending)
     ).all()
     for sweep_id, cell_state, is_pending, count in rows:
         entry = tallies[sweep_id]
-        entry.counts[cell_state] = entry.counts.get(cell_state, 0) + count
+        entry.counts[cell_state.value] = entry.counts.get(cell_state.value, 0) + count
         if is_pending:
             entry.pending += count
-    device_pending = session.execute(
-        select(Cell.sweep_id, func.count())
-        .join(Job, Job.cell_id == Cell.id)
-        .where(
-            Cell.sweep_id.in_(sweep_ids),
-            _DEVICE_STAGE,
-            Job.status.in_([s.value for s in PENDING_STATUSES]),
-        )
-        .group_by(Cell.sweep_id)
-    ).all()
-    for sweep_id, count in device_pending:
+    for sweep_id, count in device_pending(session, sweep_ids).items():
         tallies[sweep_id].pending += count
-    for column, target in ((Cell.policy, "policies"), (Cell.backend, "backends")):
-        names = session.execute(
-            select(Cell.sweep_id, column)
-            .where(Cell.sweep_id.in_(sweep_ids))
-            .group_by(Cell.sweep_id, column)
-            .order_by(Cell.sweep_id, func.min(Cell.id))
-        ).all()
-        for sweep_id, name in names:
-            getattr(tallies[sweep_id], target).append(name)
     return tallies
+
+
+def cells_of_policies(session: Session, sweep_id: int, policies: Sequence[str]) -> Sequence[Cell]:
+    """The sweep's cells of ``policies`` in cell order, each with its jobs and their results."""
+    query = select(Cell).where(Cell.sweep_id == sweep_id, Cell.policy.in_(policies)).order_by(Cell.id)
+    return session.scalars(query.options(_CELL_TREE)).all()
+
+
+def cells_by_id(session: Session, sweep_id: int, cell_ids: Sequence[int]) -> Sequence[Cell]:
+    """Those of ``cell_ids`` that are the sweep's cells, in cell order, with their jobs and results."""
+    query = select(Cell).where(Cell.sweep_id == sweep_id, Cell.id.in_(cell_ids)).order_by(Cell.id)
+    return session.scalars(query.options(_CELL_TREE)).all()
 
 
 def get_cell(session: Session, cell_id: int) -> Cell | None:
@@ -130,42 +83,45 @@ def get_sweep_row(session: Session, sweep_id: int) -> Sweep | None:
     return session.get(Sweep, sweep_id)
 
 
-def _latest_results(where: ColumnElement[bool]) -> Subquery:
-    """Per cell matching ``where`` that has a result: the id of its latest one."""
-    return (
-        select(Result.cell_id, func.max(Result.id).label("result_id"))
-        .join(Cell, Cell.id == Result.cell_id)
-        .where(where)
-        .group_by(Result.cell_id)
-        .subquery()
-    )
-
-
-def column_aggregates(session: Session, sweep_id: int) -> list[tuple[Any, ...]]:
-    """Per backend of the sweep, in cell order, over each cell's latest result (no document read):
-    backend, cells, measured (a result is stored), exported, and the sums of ops and heavy MACs on the
+def cell_tally(session: Session, sweep_id: int) -> list[tuple[Any, ...]]:
+    """The sweep's cells counted per (backend, state, pending), over each cell's latest result (no
+    document read), from the index of the cells' kept states and the results' rows: backend, state,
+    pending, cells, measured (a result is stored), exported, and the sums of ops and heavy MACs on the
     backend and in all over the measured cells."""
-    latest = _latest_results(Cell.sweep_id == sweep_id)
-    result = Result.__table__.alias("latest_result")
     rows = session.execute(
         select(
             Cell.backend,
-            func.count(Cell.id),
-            func.count(result.c.id),
-            func.coalesce(func.sum(case((result.c.export_status == "ok", 1), else_=0)), 0),
-            func.sum(result.c.ops_on_backend),
-            func.sum(result.c.ops_total),
-            func.sum(result.c.macs_on_backend),
-            func.sum(result.c.macs_total),
+            Cell.state,
+            Cell.pending,
+            func.count(),
+            func.count(Result.id),
+            func.coalesce(func.sum(case((Result.export_status == "ok", 1), else_=0)), 0),
+            func.sum(Result.ops_on_backend),
+            func.sum(Result.ops_total),
+            func.sum(Result.macs_on_backend),
+            func.sum(Result.macs_total),
         )
         .select_from(Cell)
-        .outerjoin(latest, latest.c.cell_id == Cell.id)
-        .outerjoin(result, result.c.id == latest.c.result_id)
+        .outerjoin(Result, Result.id == Cell.result_id)
         .where(Cell.sweep_id == sweep_id)
-        .group_by(Cell.backend)
-        .order_by(func.min(Cell.id))
+        .group_by(Cell.backend, Cell.state, Cell.pending)
     ).all()
     return [tuple(row) for row in rows]
+
+
+def device_pending(session: Session, sweep_ids: Sequence[int]) -> dict[int, int]:
+    """Per sweep, its device jobs queued or running (the index of job statuses finds them)."""
+    rows = session.execute(
+        select(Cell.sweep_id, func.count())
+        .join(Job, Job.cell_id == Cell.id)
+        .where(
+            Cell.sweep_id.in_(sweep_ids),
+            _DEVICE_STAGE,
+            Job.status.in_([s.value for s in PENDING_STATUSES]),
+        )
+        .group_by(Cell.sweep_id)
+    ).all()
+    return {sweep_id: count for sweep_id, count in rows}
 
 
 # A result's columns a page of cells carries (sweeps.schemas.ResultBrief), in this order.
@@ -194,41 +150,40 @@ def cell_page(
     """(cells matching in all, one page of them in cell order): each row the cell's id, policy,
     backend, stack, state and pending, and its latest result's columns (all None without one), no
     document."""
-    where = and_(
+    where = [
         Cell.sweep_id == sweep_id,
         *([Cell.policy == policy] if policy is not None else []),
         *([Cell.backend == backend] if backend is not None else []),
-    )
-    states = cell_states(where)
-    matching = [states.c.state == state] if state is not None else []
-    # One pass over the sweep's cells for the page and the count of all that match.
-    page = session.execute(
-        select(
-            states.c.cell_id,
-            states.c.policy,
-            states.c.backend,
-            states.c.stack,
-            states.c.state,
-            states.c.pending,
-            func.count().over().label("total"),
-        )
-        .where(*matching)
-        .order_by(states.c.cell_id)
+        *([Cell.state == state] if state is not None else []),
+    ]
+    # One pass over the matching cells picks the page and counts them all (a window count); only the
+    # page's cells then meet their results.
+    page = (
+        select(Cell.id, Cell.policy, Cell.backend, Cell.stack, Cell.state, Cell.pending, Cell.result_id)
+        .add_columns(func.count().over().label("total"))
+        .where(*where)
+        .order_by(Cell.id)
         .offset(offset)
         .limit(limit)
-    ).all()
-    if page:
-        total = page[0].total
-    else:  # past the end (or nothing matches): count them on their own
-        total = session.scalar(select(func.count()).select_from(states).where(*matching)) or 0
-    # The latest result of the page's cells only.
-    latest = _latest_results(Cell.id.in_([row.cell_id for row in page]))
+        .subquery()
+    )
     columns = [getattr(Result, name) for name in RESULT_BRIEF_COLUMNS]
-    results = {
-        row[0]: tuple(row[1:])
-        for row in session.execute(
-            select(Result.cell_id, *columns).join(latest, latest.c.result_id == Result.id)
-        ).all()
-    }
-    empty = (None,) * len(columns)
-    return total, [(*tuple(row)[:6], *results.get(row.cell_id, empty)) for row in page]
+    rows = session.execute(
+        select(
+            page.c.id,
+            page.c.policy,
+            page.c.backend,
+            page.c.stack,
+            page.c.state,
+            page.c.pending,
+            page.c.total,
+            *columns,
+        )
+        .outerjoin(Result, Result.id == page.c.result_id)
+        .order_by(page.c.id)
+    ).all()
+    if rows:
+        total = rows[0].total
+    else:  # past the end (or nothing matches): count them on their own
+        total = session.scalar(select(func.count()).select_from(Cell).where(*where)) or 0
+    return total, [(*row[:6], *row[7:]) for row in rows]

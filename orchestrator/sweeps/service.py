@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -97,6 +98,10 @@ def create(session: Session, settings: Settings, body: SweepCreate) -> Sweep:
         fresh=body.fresh,
         reuse_unfinished=body.reuse_unfinished,
         stacks=body.stacks,
+        policies=body.policies,
+        backends=body.backends,
+        weights=body.options.weights,
+        force_fp16=body.options.force_fp16,
     )
     session.add(sweep)
     session.flush()
@@ -110,15 +115,17 @@ def create(session: Session, settings: Settings, body: SweepCreate) -> Sweep:
         backend: options.model_copy(update={"force_fp16": body.options.force_fp16 and backend == "vulkan"})
         for backend in body.backends
     }
+    cells = []
     for policy in body.policies:
         for backend in body.backends:
             cell_options = by_backend[backend].model_dump(mode="json")
             for stack in body.stacks:
+                # Each first job is routed to its stack's queue (coverfarm.routes); with no live worker
+                # of the stack it waits there, and its view says so.
                 cell = Cell(sweep=sweep, policy=policy, backend=backend, stack=stack, options=cell_options)
                 session.add(cell)
-                # Routed to the stack's queue (coverfarm.routes); with no live worker of the stack it
-                # waits there, and its view says so.
-                jobs.create_lower(session, cell, jobs.STAGE_LOWER, timeout_s)
+                cells.append(cell)
+    jobs.create_first(session, cells, timeout_s)
     emit(session, "sweep", sweep_id=sweep.id, payload={"state": "created", "cells": len(sweep.cells)})
     return sweep
 
@@ -258,12 +265,24 @@ def list_(session: Session, limit: int, offset: int) -> list[SweepSummary]:
     costs the same for a sweep of ten cells and one of ten thousand.
     """
     sweeps = repository.list_sweeps(session, limit, offset)
-    tallies = repository.tally(session, [sweep.id for sweep in sweeps])
-    return [_light_summary(sweep, tallies[sweep.id]) for sweep in sweeps]
+    return _light_summaries(session, sweeps)
 
 
 def count(session: Session) -> int:
     return repository.count_sweeps(session)
+
+
+def summary(session: Session, sweep_id: int) -> SweepSummary:
+    """One sweep's summary, counted in the database like the list's (no cell loaded)."""
+    sweep = repository.get_sweep_row(session, sweep_id)
+    if sweep is None:
+        raise NotFound("sweep", sweep_id)
+    return _light_summaries(session, [sweep])[0]
+
+
+def _light_summaries(session: Session, sweeps: Sequence[Sweep]) -> list[SweepSummary]:
+    tallies = repository.tally(session, [sweep.id for sweep in sweeps])
+    return [_light_summary(sweep, tallies[sweep.id]) for sweep in sweeps]
 
 
 def _light_summary(sweep: Sweep, tally: repository.SweepTally) -> SweepSummary:
@@ -271,11 +290,16 @@ def _light_summary(sweep: Sweep, tally: repository.SweepTally) -> SweepSummary:
         id=sweep.id,
         created_at=sweep.created_at,
         options=SweepOptions.model_validate(
-            {"constant_prop": sweep.constant_prop, "lowering": sweep.lowering}
+            {
+                "constant_prop": sweep.constant_prop,
+                "lowering": sweep.lowering,
+                "weights": sweep.weights,
+                "force_fp16": sweep.force_fp16,
+            }
         ),
         timeout_s=sweep.timeout_s,
-        policies=tally.policies,
-        backends=tally.backends,
+        policies=list(sweep.policies),
+        backends=list(sweep.backends),
         stacks=list(sweep.stacks),
         device_classes=list(sweep.device_classes),
         fresh=sweep.fresh,
@@ -295,23 +319,37 @@ def _share(part: int | None, whole: int | None) -> float | None:
     return part / whole if part is not None and whole else None
 
 
+def _add(total: int | None, value: object) -> int | None:
+    """A sum over groups, None while no group had one (no measured cell counted it)."""
+    whole = _whole(value)
+    return total if whole is None else (total or 0) + whole
+
+
 def overview(session: Session, sweep_id: int) -> SweepOverview:
-    """The sweep's summary and per-backend columns, counted in the database: no cell, job or document
-    is loaded, so it costs little more for ten thousand cells than for ten."""
+    """The sweep's summary and per-backend columns, counted in the database from its cells' kept
+    states: no cell, job or document is loaded, and the cells are counted once for both."""
     sweep = repository.get_sweep_row(session, sweep_id)
     if sweep is None:
         raise NotFound("sweep", sweep_id)
+    tally = repository.SweepTally(pending=repository.device_pending(session, [sweep_id]).get(sweep_id, 0))
+    # Per backend: cells, measured, exported (counts), then the sums of ops and MACs (None: none counted).
+    sums: dict[str, list[int | None]] = {}
+    for backend, state, pending, *counted in repository.cell_tally(session, sweep_id):
+        tally.counts[state.value] = tally.counts.get(state.value, 0) + counted[0]
+        tally.pending += counted[0] if pending else 0
+        column = sums.setdefault(backend, [0, 0, 0, None, None, None, None])
+        for index, value in enumerate(counted):
+            column[index] = _add(column[index], value)
     columns = []
-    for backend, cells, measured, exported, ops_on, ops, macs_on, macs in repository.column_aggregates(
-        session, sweep_id
-    ):
-        ops_on, ops, macs_on, macs = (_whole(value) for value in (ops_on, ops, macs_on, macs))
+    order = {name: index for index, name in enumerate(sweep.backends)}  # the sweep's order (cell order)
+    for backend in sorted(sums, key=lambda name: (order.get(name, len(order)), name)):
+        cells, measured, exported, ops_on, ops, macs_on, macs = sums[backend]
         columns.append(
             BackendColumn(
                 backend=backend,
-                cells=cells,
-                measured=measured,
-                exported=int(exported),
+                cells=cells or 0,
+                measured=measured or 0,
+                exported=exported or 0,
                 ops_on_backend=ops_on,
                 ops_total=ops,
                 macs_on_backend=macs_on,
@@ -320,8 +358,7 @@ def overview(session: Session, sweep_id: int) -> SweepOverview:
                 macs_share=_share(macs_on, macs),
             )
         )
-    summary = _light_summary(sweep, repository.tally(session, [sweep_id])[sweep_id])
-    return SweepOverview(**summary.model_dump(), columns=columns)
+    return SweepOverview(**_light_summary(sweep, tally).model_dump(), columns=columns)
 
 
 RESULT_COLUMNS = repository.RESULT_BRIEF_COLUMNS  # ResultBrief's fields (the page test holds them equal)
@@ -362,3 +399,15 @@ def cells_page(
             )
         )
     return CellPage(total=total, offset=offset, limit=limit, cells=cells)
+
+
+def cells_of_rows(session: Session, sweep: SweepSummary, offset: int, limit: int) -> list[Cell]:
+    """The stored cells of the sweep's policies ``offset`` to ``offset + limit`` (its rows, in cell
+    order), each with its jobs and results: what a page of the grid shows."""
+    policies = sweep.policies[offset : offset + limit]
+    return list(repository.cells_of_policies(session, sweep.id, policies)) if policies else []
+
+
+def cells_by_id(session: Session, sweep_id: int, cell_ids: Sequence[int]) -> list[Cell]:
+    """Those of ``cell_ids`` that are cells of the sweep, with their jobs and results."""
+    return list(repository.cells_by_id(session, sweep_id, cell_ids)) if cell_ids else []

@@ -2,18 +2,19 @@
 
 A cell's state is a function of two facts about its CPU jobs (device jobs have their own columns): the
 latest one's status (none yet: queued) and whether one of them ended slow. ``cell_state`` is that rule.
-``cell_state_sql`` is the same rule for the database, which counts ten thousand cells without loading
-one: a CASE with a branch for every possible pair of facts, each branch's answer computed by
-``cell_state`` itself, so the two cannot disagree.
+``refresh_cell`` keeps its answer on the cell row (``cells.state``, ``cells.pending``, with the cell's
+newest result) whenever one of the cell's CPU jobs is created or changes status, so that a sweep of ten
+thousand cells is counted and paged off its cells, without reading a job.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from sqlalchemy import ColumnElement, and_, case, literal
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
 
-from orchestrator.models import PENDING_STATUSES, JobStatus
+from orchestrator.models import DEVICE_STAGE_PREFIXES, PENDING_STATUSES, Cell, Job, JobStatus, Result
 
 SweepState = Literal["running", "done", "cancelled"]
 
@@ -26,19 +27,31 @@ def cell_state(latest: JobStatus | None, any_slow: bool) -> tuple[JobStatus, boo
     return (JobStatus.SLOW if pending and any_slow else status), pending
 
 
-def cell_state_sql(
-    latest: ColumnElement[Any], any_slow: ColumnElement[Any]
-) -> tuple[ColumnElement[Any], ColumnElement[Any]]:
-    """(state, pending) as SQL over the latest CPU job's status column (NULL: none) and a 0/1 column
-    saying whether one ended slow: ``cell_state`` tabulated over every input."""
-    states, pendings = [], []
-    for status in [None, *JobStatus]:
-        for slow in (False, True):
-            state, pending = cell_state(status, slow)
-            when = and_(latest.is_(None) if status is None else latest == status.value, any_slow == int(slow))
-            states.append((when, literal(state.value)))
-            pendings.append((when, literal(pending)))
-    return case(*states), case(*pendings)
+def refresh_cell(session: Session, cell_id: int) -> None:
+    """Write ``cell_state`` of the cell's CPU jobs, as they stand in this transaction, onto the cell,
+    with its newest result (``cells.state``, ``cells.pending``, ``cells.result_id``).
+
+    Called by the job service after it creates a CPU job or changes one's status (and flushes), with
+    that job locked. No other transaction changes the cell's CPU jobs meanwhile: a cell has one CPU job
+    that has not ended at most (a slow lower job's longer re-run is made in the transaction that ends
+    it), and only a job that has not ended changes. Two statements: the jobs read, the cell written. The
+    write is a plain UPDATE: a copy of the cell this session holds keeps the columns it had.
+    """
+    statuses = [
+        status
+        for stage, status in session.execute(
+            select(Job.stage, Job.status).where(Job.cell_id == cell_id).order_by(Job.id)
+        )
+        if not stage.startswith(DEVICE_STAGE_PREFIXES)
+    ]
+    state, pending = cell_state(statuses[-1] if statuses else None, JobStatus.SLOW in statuses)
+    newest = select(func.max(Result.id)).where(Result.cell_id == cell_id).scalar_subquery()
+    session.execute(
+        update(Cell)
+        .where(Cell.id == cell_id)
+        .values(state=state, pending=pending, result_id=newest)
+        .execution_options(synchronize_session=False)
+    )
 
 
 def sweep_state(cancelled: bool, anything_pending: bool) -> SweepState:

@@ -68,7 +68,8 @@ def live_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "COVERFARM_DATABASE_URL": recreate_database(browsertools.LIVE_DATABASE),
         "COVERFARM_BROKER_URL": browsertools.LIVE_BROKER,
         "COVERFARM_ADMIN_TOKEN": TOKEN,
-        "COVERFARM_POLICIES": ",".join(catalog.POLICIES),
+        # The tracker's policies, and more made-up ones than a grid page holds (for the rows it loads).
+        "COVERFARM_POLICIES": ",".join([*catalog.POLICIES, *browsertools.BIG_SWEEP]),
         "COVERFARM_BACKENDS": "vulkan,xnnpack",
         "COVERFARM_ENGINE": "gated_engine:analyze",
         "COVERFARM_STAGE_TIMEOUT_S": "30",

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 from browsertools import (
+    BIG_SWEEP,
     LAPTOP,
     Gates,
     Orchestrator,
@@ -457,5 +458,77 @@ def test_stacks_one_at_a_time_side_by_side_live_and_their_progress(
         assert change.text == "+9"
         assert browser.find_elements("css selector", ".progress-plot svg polyline")
         save_screenshot(browser, "progress", full_height=True)
+    finally:
+        api.post(f"/api/sweeps/{sweep['id']}/cancel")
+
+
+def loaded_rows(driver: WebDriver) -> int:
+    rows: int = driver.execute_script("return document.getElementById('rows').rows.length")
+    return rows
+
+
+def test_a_big_grid_loads_rows_as_they_come_into_view_and_each_event_asks_for_its_cell(
+    browser: WebDriver,
+    orchestrator: Orchestrator,
+    api: httpx.Client,
+    live_sessions: sessionmaker[Session],
+    live_settings: Settings,
+) -> None:
+    """120 policies: the page renders the first 50 rows, and the next ones arrive as the end of the grid
+    comes into view, until the last. A result stored for a cell of the last rows loaded reaches it within
+    a second, and the page asks for that cell alone, not for the whole sweep."""
+    # No worker: this test stores the results itself.
+    sweep = submit(api, BIG_SWEEP, ["vulkan"])
+    try:
+        page = api.get(f"/sweeps/{sweep['id']}").text
+        assert page.count('<th scope="row"') == 50 and "70 more policies" in page
+        browser.get(f"{orchestrator.url}/sweeps/{sweep['id']}")
+        wait_until(
+            browser, "return document.getElementById('live').dataset.state === 'live'", 10, "the stream"
+        )
+        # The first page, and the next one if the end of the first is near enough to the viewport.
+        assert loaded_rows(browser) in (50, 100)
+        assert browser.find_element("id", "more-rows").is_displayed()
+
+        def scrolled_to_the_end() -> bool:
+            browser.execute_script("window.scrollTo(0, document.body.scrollHeight)")
+            return loaded_rows(browser) == 120
+
+        wait_for(scrolled_to_the_end, 15, "every row to load")
+        assert browser.execute_script("return document.getElementById('more-rows')") is None
+        loads = (
+            "return performance.getEntriesByType('resource').map(e => e.name)"
+            ".filter(n => n.includes('/rows?'))"
+        )
+        assert [url.rsplit("/", 1)[1] for url in browser.execute_script(loads)] == [
+            "rows?offset=50",
+            "rows?offset=100",
+        ]
+        names = browser.execute_script(
+            "return Array.from(document.querySelectorAll('#rows th.policy')).map(th => th.textContent)"
+        )
+        assert names == BIG_SWEEP  # each row once, in the sweep's order
+        save_screenshot(browser, "grid-big-sweep-rows-loaded")
+
+        last = cell_id(sweep, BIG_SWEEP[-1], "vulkan")
+        fetches = (
+            "return performance.getEntriesByType('resource').map(e => e.name).filter(n => /live/.test(n))"
+        )
+        before = len(browser.execute_script(fetches))
+        watch_cell(browser, last)
+        job = next(c["jobs"][0]["id"] for c in sweep["cells"] if c["id"] == last)
+        store(live_sessions, live_settings, job, finished(BIG_SWEEP[-1], "vulkan"))
+        wait_until(
+            browser, "return window.__changedAt !== null", 10, "the last row's cell to show its numbers"
+        )
+        assert cell_texts(browser, last) == ACT_ROW
+        stored = datetime.fromisoformat(api.get(f"/api/cells/{last}").json()["jobs"][0]["finished_at"])
+        shown = browser.execute_script("return window.__changedAt") / 1000
+        print(f"a loaded row's cell shown {shown - stored.timestamp():.3f} s after its result was stored")
+        assert shown - stored.timestamp() < 1.0
+        asked = browser.execute_script(fetches)[before:]
+        assert asked, "no live.json fetch after the event"
+        assert all(f"cells={last}" in url or "rows=0" in url for url in asked), asked
+        assert "1 done" in browser.execute_script("return document.getElementById('progress').innerText")
     finally:
         api.post(f"/api/sweeps/{sweep['id']}/cancel")

@@ -71,7 +71,10 @@ def test_grid_shows_the_first_stack_or_both_side_by_side(farm: tuple[TestClient,
     # The sweep names et-1.5.1 first: its cells alone by default, with a link to each stack, oldest first.
     assert f'data-cell="{built.cells[(sweep, "act", "vulkan", NEW)]}"' in first
     assert f'data-cell="{built.cells[(sweep, "act", "vulkan", OLD)]}"' not in first
-    assert first.index(f"?stack={OLD}") < first.index(f"?stack={NEW}")
+    picker = first[first.index('<nav class="stacks"') :]
+    assert picker.index(f"?stack={OLD}") < picker.index(f"?stack={NEW}")
+    # The page's later loads (live.json, its next rows) name the stack it shows.
+    assert f'data-live-url="/sweeps/{sweep}/live.json?stack={NEW}"' in first
     # Side by side: one row per stack under each policy, in the order asked, the heatmap a column each.
     assert (
         '<th scope="row" class="policy" rowspan="2">act</th><th scope="row" class="stack">et-1.4.1</th>'

@@ -5,6 +5,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any
 
+import pytest
 from dashtools import (
     export_failed,
     export_slow,
@@ -24,6 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from coverfarm import tracker
 from coverfarm.result import Blocker, ReusedFrom
 from coverfarm.settings import Settings
+from dashboard import endpoints
 
 ACT_ROW = ["90 / 100 (90%)", "80%", "3", "✓", "no device"]
 
@@ -120,7 +122,10 @@ def test_live_json_renders_the_same_cells_and_follows_changes(
     assert set(live["cells"]) == {str(c["id"]) for c in sweep["cells"]}
     for html in live["cells"].values():
         assert html in page  # the page and the live update are one rendering
-    assert "<svg" in live["heatmap"] and "2 queued" in text_of(live["progress"])
+    assert set(live["squares"]) == set(live["cells"])
+    for square in live["squares"].values():
+        assert square in page  # each cell's heatmap square too
+    assert "2 queued" in text_of(live["progress"])
 
     act = cell_of(sweep, "act", "vulkan")
     store(sessions, settings, act["jobs"][0]["id"], finished("act", "vulkan"))
@@ -288,3 +293,67 @@ def test_a_reused_cell_shows_its_mark_and_the_sweep_it_came_from(
     assert label in text_of(details) and f'href="/sweeps/{first["id"]}"' in details
     report = client.get(f"/api/sweeps/{second['id']}/report.md").text
     assert f"| act | 90 / 100 (90%) | 80% | 3 | ✓ {tracker.REUSED} |" in report
+
+
+def test_a_big_sweeps_grid_comes_a_page_of_rows_at_a_time(
+    client: TestClient,
+    admin: dict[str, str],
+    sessions: sessionmaker[Session],
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With more policies than a page holds, the grid renders the first page of rows and a link to the
+    next (the script's ``data-rows-url``, and plain links without the script); the rows endpoint renders
+    the next rows as the page renders its own, and the link after them until the last."""
+    monkeypatch.setattr(endpoints, "ROWS", 2)
+    policies = ["act", "tdmpc", "evo1", "pi05", "vqbet"]
+    sweep = submit(client, admin, policies, ["vulkan", "xnnpack"])
+    store(sessions, settings, job_of(sweep, "pi05", "vulkan"), finished("pi05", "vulkan"))
+    ids = {policy: [cell_of(sweep, policy, b)["id"] for b in ("vulkan", "xnnpack")] for policy in policies}
+
+    page = client.get(f"/sweeps/{sweep['id']}").text
+    assert sorted(grid_cells(page)) == ids["act"] + ids["tdmpc"]
+    assert f'data-rows-url="/sweeps/{sweep["id"]}/rows?offset=2"' in page
+    assert "3 more policies" in text_of(page) and "next 2 →" in text_of(page)
+    assert "policies 1–2" in text_of(page)  # the heatmap's rows are the page's
+
+    # Without the script, the links page through the rows.
+    second = client.get(f"/sweeps/{sweep['id']}?offset=2").text
+    assert sorted(grid_cells(second)) == ids["evo1"] + ids["pi05"]
+    assert "← previous 2" in text_of(second) and "next 2 →" in text_of(second)
+
+    loaded = client.get(f"/sweeps/{sweep['id']}/rows", params={"offset": 2, "limit": 2})
+    assert loaded.status_code == 200 and loaded.headers["cache-control"] == "no-store"
+    rows = loaded.json()
+    assert rows["rows"] in second  # one rendering for the page and the rows it loads
+    assert grid_cells(rows["rows"])[ids["pi05"][0]] == ACT_ROW
+    assert f'data-rows-url="/sweeps/{sweep["id"]}/rows?offset=4"' in rows["more"]
+    assert "previous" not in rows["more"]  # loaded below the rows before, onward only
+    last = client.get(f"/sweeps/{sweep['id']}/rows", params={"offset": 4}).json()
+    assert sorted(grid_cells(last["rows"])) == ids["vqbet"]
+    assert last["more"] == ""
+    assert client.get(f"/sweeps/{sweep['id']}/rows", params={"offset": 9}).json()["rows"].strip() == ""
+
+
+def test_live_json_renders_only_the_cells_asked_for(
+    client: TestClient, admin: dict[str, str], sessions: sessionmaker[Session], settings: Settings
+) -> None:
+    """An event asks for its own cell: live.json renders the cells named (of this sweep only), or the
+    cells of some rows, or none at all, and always the sweep's state and progress."""
+    sweep = submit(client, admin, ["act", "vqbet", "tdmpc"], ["vulkan"])
+    other = submit(client, admin, ["act"], ["vulkan"])
+    act, vqbet = cell_of(sweep, "act", "vulkan")["id"], cell_of(sweep, "vqbet", "vulkan")["id"]
+    store(sessions, settings, job_of(sweep, "act", "vulkan"), finished("act", "vulkan"))
+    url = f"/sweeps/{sweep['id']}/live.json"
+
+    named = client.get(url, params={"cells": [act, other["cells"][0]["id"]]}).json()
+    assert list(named["cells"]) == list(named["squares"]) == [str(act)]
+    assert grid_cells(named["cells"][str(act)])[act] == ACT_ROW
+    assert "1 done" in text_of(named["progress"]) and named["state"] == "running"
+    assert list(client.get(url, params={"rows": 0}).json()["cells"]) == []
+    assert list(client.get(url, params={"rows": 1, "offset": 1}).json()["cells"]) == [str(vqbet)]
+    assert len(client.get(url).json()["cells"]) == 3  # the page's rows
+    for bad in ({"cells": "one"}, {"cells": 0}, {"rows": -1}, {"cells": list(range(1, 502))}):
+        response = client.get(url, params=bad)
+        assert response.status_code == 422, (bad, response.text)
+    assert client.get("/sweeps/999999/live.json").status_code == 404

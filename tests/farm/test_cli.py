@@ -4,27 +4,48 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 from farmkit import TOKEN, StartWorker, child_env, coverfarm_command, free_port
 
-from coverfarm.cli import main
+from coverfarm.cli import build_parser, main
+from orchestrator.sweeps.schemas import SweepCreate, SweepOptions
 
 
 def test_submit_wait_status_report(
-    server: str, start_worker: StartWorker, capsys: pytest.CaptureFixture[str]
+    server: str,
+    start_worker: StartWorker,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     start_worker("w-cli")
+    asked: list[str] = []
+    request = httpx.request
+
+    def recorded(method: str, url: str, *args: Any, **kwargs: Any) -> httpx.Response:
+        asked.append(f"{method} {url.removeprefix(server)}")
+        return request(method, url, *args, **kwargs)
+
+    monkeypatch.setattr(httpx, "request", recorded)
     code = main(
-        ["sweep", "submit", "--url", server, "--token", TOKEN, "--policies", "act,pi05",
-         "--backends", "vulkan", "--timeout", "30", "--wait"]
+        ["sweep", "submit", "--url", server, "--token", TOKEN, "--policies", "act,pi05,vqbet,diffusion",
+         "--backends", "vulkan,xnnpack", "--timeout", "30", "--wait"]
     )  # fmt: skip
+    monkeypatch.undo()
     out = capsys.readouterr().out
     assert code == 0
+    # Followed on its events through the light summary, never the whole sweep; and not once per event
+    # (8 cells, each started and ended, vqbet's two slow ones re-run too).
+    [_post, *reads, _report] = asked
+    sweep_id = int(out.strip().rsplit("\n", 1)[1])
+    assert reads and set(reads) == {f"GET /api/sweeps/{sweep_id}/summary"}, asked
+    assert len(reads) <= 2 + 10, reads
     assert "| act | 90 / 100 (90%) | 80% | 3 | ✓ |" in out
     assert "- pi05: RuntimeError: stand-in engine: pi05 cannot be traced" in out
     report, last = out.strip().rsplit("\n", 1)
-    sweep_id = int(last)  # the sweep id alone on the last line, after the report
+    assert int(last) == sweep_id  # the sweep id alone on the last line, after the report
     assert report.startswith(f"# Sweep {sweep_id}")
 
     assert main(["sweep", "status", str(sweep_id), "--url", server]) == 0
@@ -40,6 +61,49 @@ def test_submit_wait_status_report(
     assert "No cell, number or blocker group changed." in capsys.readouterr().out
     assert main(["sweep", "diff", str(sweep_id), "999999", "--url", server]) == 2
     assert "404 sweep 999999 not found" in capsys.readouterr().err
+
+
+def test_submit_takes_every_option_the_api_takes(server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each field of the API's sweep (``SweepCreate`` and its options) has a flag of ``sweep submit``
+    under its own name, and each flag reaches the stored sweep."""
+    parsed = build_parser().parse_args(["sweep", "submit", "--policies", "act", "--backends", "vulkan"])
+    flags = set(vars(parsed))
+    assert set(SweepCreate.model_fields) - {"options"} | set(SweepOptions.model_fields) <= flags
+    code = main(
+        ["sweep", "submit", "--url", server, "--token", TOKEN, "--policies", "act", "--backends", "vulkan",
+         "--no-constant-prop", "--lowering", "stock", "--weights", "fake", "--force-fp16", "--timeout", "25",
+         "--fresh", "--reuse-unfinished", "--device-classes", "h200-vulkan"]
+    )  # fmt: skip
+    assert code == 0
+    sweep_id = int(capsys.readouterr().out.strip())
+    summary = httpx.get(f"{server}/api/sweeps/{sweep_id}/summary").json()
+    assert summary["options"] == {
+        "constant_prop": False,
+        "lowering": "stock",
+        "weights": "fake",
+        "force_fp16": True,
+    }
+    assert (summary["timeout_s"], summary["fresh"], summary["reuse_unfinished"]) == (25, True, True)
+    assert summary["device_classes"] == ["h200-vulkan"]
+    cell = httpx.get(f"{server}/api/sweeps/{sweep_id}/cells").json()["cells"][0]
+    assert httpx.get(f"{server}{cell['url']}").json()["options"]["weights"] == "fake"
+    httpx.post(f"{server}/api/sweeps/{sweep_id}/cancel", headers={"Authorization": f"Bearer {TOKEN}"})
+    with pytest.raises(SystemExit):  # argparse's own one-line error, exit 2
+        main(
+            [
+                "sweep",
+                "submit",
+                "--url",
+                server,
+                "--policies",
+                "act",
+                "--backends",
+                "vulkan",
+                "--weights",
+                "heavy",
+            ]
+        )
+    assert "invalid choice: 'heavy'" in capsys.readouterr().err
 
 
 def test_user_mistakes_are_one_line_errors(server: str, capsys: pytest.CaptureFixture[str]) -> None:

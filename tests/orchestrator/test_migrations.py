@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -229,5 +230,90 @@ def test_0007_keys_cells_by_stack_and_refuses_a_lossy_downgrade(
         with engine.connect() as conn:
             assert conn.execute(text("SELECT id FROM cells")).all() == [(1,)]
             assert conn.scalar(text("SELECT count(*) FROM jobs")) == 1
+    finally:
+        engine.dispose()
+
+
+def _json_list(value: object) -> object:
+    return json.loads(value) if isinstance(value, str) else value  # SQLite hands JSON back as text
+
+
+@pytest.mark.parametrize("make_settings", [postgres_settings, sqlite_settings], ids=["postgres", "sqlite"])
+def test_0008_keeps_each_cells_state_and_latest_result_and_each_sweeps_names(
+    make_settings: Callable[[Path], Settings], tmp_path: Path
+) -> None:
+    """Cells stored before 0008 get the state their CPU jobs say (a slow result with its re-run queued
+    reads slow; a device job changes nothing) and their newest result; sweeps get their policies and
+    backends in cell order and the options their cells record; the downgrade keeps every row."""
+    from orchestrator.db import make_engine
+
+    settings = make_settings(tmp_path)
+    config = alembic_config(settings)
+    command.upgrade(config, "0007")
+    engine = make_engine(settings)
+    now = "now()" if engine.dialect.name == "postgresql" else "CURRENT_TIMESTAMP"
+    fp16, real = '{"weights": "real", "force_fp16": true}', '{"weights": "real"}'
+    device = "run:cpu-x86_64-xnnpack"
+    cells = [  # id, sweep, policy, backend, options, its jobs' (stage, status)
+        (1, 1, "vqbet", "vulkan", fp16, [("lower", "slow"), ("lower.long", "queued")]),
+        (2, 1, "vqbet", "xnnpack", real, [("lower", "ok"), (device, "running")]),
+        (3, 1, "act", "vulkan", fp16, [("lower", "running")]),
+        (4, 1, "act", "xnnpack", real, [("lower", "failed")]),
+        (5, 2, "act", "xnnpack", "{}", [("lower", "queued")]),
+        (6, 2, "act", "vulkan", "{}", []),
+    ]
+    sweep_row = (
+        "INSERT INTO sweeps (id, created_at, constant_prop, lowering, timeout_s)"
+        " VALUES ({}, {}, true, 'fast', 900)"
+    )
+    cell_row = "INSERT INTO cells (id, sweep_id, policy, backend, options) VALUES ({}, {}, '{}', '{}', '{}')"
+    job_row = (
+        "INSERT INTO jobs (id, cell_id, stage, queue, timeout_s, status, attempt, created_at)"
+        " VALUES ({}, {}, '{}', 'lower', 900, '{}', 1, {})"
+    )
+    result_row = (
+        "INSERT INTO results (job_id, cell_id, attempt, status, export_status, document, created_at,"
+        " updated_at) VALUES ({}, {}, 1, '{}', '{}', '{{}}', {}, {})"
+    )
+    try:
+        with engine.begin() as conn:
+            for sweep in (1, 2):
+                conn.execute(text(sweep_row.format(sweep, now)))
+            job = 0
+            for cell, sweep, policy, backend, options, stages in cells:
+                conn.execute(text(cell_row.format(cell, sweep, policy, backend, options)))
+                for stage, status in stages:
+                    job += 1
+                    conn.execute(text(job_row.format(job, cell, stage, status, now)))
+                    if status in ("ok", "slow", "failed"):
+                        conn.execute(text(result_row.format(job, cell, status, status, now, now)))
+        command.upgrade(config, "0008")
+        with engine.connect() as conn:
+            latest = dict(conn.execute(text("SELECT cell_id, id FROM results")).all())
+            assert conn.execute(
+                text("SELECT id, state, pending, result_id FROM cells ORDER BY id")
+            ).all() == [
+                (1, "slow", True, latest[1]),
+                (2, "ok", False, latest[2]),
+                (3, "running", True, None),
+                (4, "failed", False, latest[4]),
+                (5, "queued", True, None),
+                (6, "queued", True, None),
+            ]
+            sweeps = conn.execute(
+                text("SELECT id, policies, backends, weights, force_fp16 FROM sweeps ORDER BY id")
+            )
+            assert [(i, _json_list(p), _json_list(b), w, bool(f)) for i, p, b, w, f in sweeps] == [
+                (1, ["vqbet", "act"], ["vulkan", "xnnpack"], "real", True),
+                (2, ["act"], ["xnnpack", "vulkan"], "auto", False),
+            ]
+        command.downgrade(config, "0007")
+        with engine.connect() as conn:
+            counts = [
+                conn.scalar(text(f"SELECT count(*) FROM {t}")) for t in ("sweeps", "cells", "jobs", "results")
+            ]
+            assert counts == [2, 6, 7, 3]
+        assert "state" not in {column["name"] for column in inspect(engine).get_columns("cells")}
+        assert "policies" not in {column["name"] for column in inspect(engine).get_columns("sweeps")}
     finally:
         engine.dispose()

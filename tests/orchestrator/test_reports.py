@@ -456,4 +456,4 @@ def test_stacks_go_oldest_release_first_and_unknown_releases_last_in_the_sweeps_
         sweep.cells.append(CellRow(id=index, policy="act", backend="vulkan", stack=stack, options={}))
         doc = document("act", ACT, {"executorch": release}) if release else None
         views[index] = build(CellInput("act", "vulkan", Options(), doc, stack=stack))
-    assert release_order(sweep, views) == ["et-1.9.1", "et-1.10.0", "pr-wheel", "new"]
+    assert release_order(sweep.stacks, sweep.cells, views) == ["et-1.9.1", "et-1.10.0", "pr-wheel", "new"]

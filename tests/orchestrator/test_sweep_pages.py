@@ -3,6 +3,7 @@ GET /api/sweeps/{id}/cells (paged, filtered, no documents), each agreeing with t
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from coverfarm.settings import Settings
 from orchestrator.db import take_outbox
 from orchestrator.inputs import DB_INT_MAX
 from orchestrator.jobs import service as jobs
+from orchestrator.models import Job, utcnow
 from orchestrator.sweeps import service as sweeps
 
 
@@ -127,3 +129,56 @@ def test_unknown_and_out_of_range_sweeps(client: TestClient) -> None:
         assert missing.status_code == 404 and "sweep 999999 not found" in missing.text
         for sweep_id in (0, DB_INT_MAX + 1):
             assert client.get(f"/api/sweeps/{sweep_id}/{path}").status_code == 422
+
+
+def test_each_cells_kept_state_follows_its_jobs_through_every_transition(
+    client: TestClient, session: Session, settings: Settings
+) -> None:
+    """The state and pending flag a page and the summary read off each cell (kept as its jobs change)
+    are what the full view derives from the jobs, after each step: started, slow with its re-run
+    queued, the re-run running, lost and re-queued by the reconciler, finished, and cancelled."""
+    sweep_id = new_sweep(session, settings, ["vqbet", "act"], ["vulkan"])
+    lower = {cell.policy: cell.jobs[0].id for cell in sweeps.get(session, sweep_id).cells}
+    seen: list[dict[str, tuple[str, bool]]] = []
+
+    def agree() -> None:
+        session.flush()
+        take_outbox(session)
+        session.expire_all()
+        full = client.get(f"/api/sweeps/{sweep_id}").json()
+        paged = client.get(f"/api/sweeps/{sweep_id}/cells").json()["cells"]
+        kept = {cell["policy"]: (cell["state"], cell["pending"]) for cell in paged}
+        assert kept == {cell["policy"]: (cell["state"], cell["pending"]) for cell in full["cells"]}
+        summary = client.get(f"/api/sweeps/{sweep_id}/summary").json()
+        assert (summary["counts"], summary["state"]) == (full["counts"], full["state"])
+        seen.append(kept)
+
+    agree()
+    assert jobs.start(session, lower["vqbet"], "w1", settings) is not None
+    agree()
+    jobs.finish(session, lower["vqbet"], 1, document("vqbet", export=StageStatus.SLOW), settings)
+    agree()
+    rerun = next(job.id for job in sweeps.get(session, sweep_id).cells[0].jobs if job.stage == "lower.long")
+    assert jobs.start(session, rerun, "w1", settings) is not None
+    agree()
+    job = session.get_one(Job, rerun)
+    job.heartbeat_at = utcnow() - timedelta(seconds=settings.heartbeat_timeout_s + 1)
+    assert rerun in jobs.reconcile(session, settings)
+    agree()
+    assert jobs.start(session, rerun, "w2", settings) is not None
+    jobs.finish(session, rerun, 2, document("vqbet"), settings)
+    agree()
+    assert jobs.start(session, lower["act"], "w1", settings) is not None
+    agree()
+    sweeps.cancel(session, sweep_id)
+    agree()
+    assert [step["vqbet"] for step in seen] == [
+        ("queued", True), ("running", True), ("slow", True), ("slow", True), ("slow", True), ("ok", False),
+        ("ok", False), ("ok", False),
+    ]  # fmt: skip
+    assert [step["act"] for step in seen][-2:] == [("running", True), ("cancelled", False)]
+    result_ids = {
+        cell.policy: max((job.result.id for job in cell.jobs if job.result is not None), default=None)
+        for cell in sweeps.get(session, sweep_id).cells
+    }
+    assert {cell.policy: cell.result_id for cell in sweeps.get(session, sweep_id).cells} == result_ids
