@@ -470,6 +470,7 @@ class NativeServer:
     def __init__(self, runtime: NativeRuntime, spec: ProgramSpec, pte: Path, folder: Path) -> None:
         self.spec = spec
         self.timeout_s = runtime.timeout_s
+        self.load_timeout_s = runtime.load_timeout_s
         folder.mkdir(parents=True, exist_ok=True)
         self.inputs = [folder / f"in-{i}.bin" for i in range(len(spec.inputs))]
         self.output_base = folder / "out"
@@ -497,9 +498,9 @@ class NativeServer:
         assert self.process.stdout is not None
         self.output = _Output(self.process.stdout)
         try:
-            lines, ready = self.output.until(SERVER_READY, self.timeout_s)
+            lines, ready = self.output.until(SERVER_READY, self.load_timeout_s)
         except TimeoutError:
-            self._fail("out_of_time", f"did not load within {self.timeout_s:.0f} s", kill=True)
+            self._fail("out_of_time", f"did not load within {self.load_timeout_s:.0f} s", kill=True)
         if not ready:
             self._fail("refused_at_load", "refused at load")
         self.load_ms = parse_log("\n".join(lines)).load_ms
@@ -625,12 +626,15 @@ class NativeRuntime:
         timeout_s: float = CALL_TIMEOUT_S,
         declared: DeclaredSource | None = None,
         server_mode: bool = True,
+        load_timeout_s: float | None = None,
     ) -> None:
-        """``server_mode=False`` runs one process per call even where the binary has server mode
-        (to measure what server mode saves)."""
+        """``timeout_s`` bounds each call; ``load_timeout_s`` (default: the same) a server's load, which
+        can take much longer than a call (a cold shader cache). ``server_mode=False`` runs one process
+        per call even where the binary has server mode (to measure what server mode saves)."""
         check_binary(binary)
         self.binary = binary
         self.timeout_s = timeout_s
+        self.load_timeout_s = timeout_s if load_timeout_s is None else load_timeout_s
         self.declared = declared or DeclaredSource.from_environment()
         flags = help_flags(binary)
         self.server_mode = server_mode and "server_mode" in flags
