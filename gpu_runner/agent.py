@@ -318,6 +318,7 @@ def consume(config: RunnerConfig, settings: Settings, timing: Timing) -> None:
     from celery.exceptions import Reject
 
     from coverfarm.queues import DEVICE_TASK, DeviceMessage, baseline_queue, device_queue, make_celery
+    from coverfarm.stacks import current_stack
     from gpu_runner.probe import baseline_capability
 
     if settings.broker_url is None and config.broker_url is not None:
@@ -338,7 +339,9 @@ def consume(config: RunnerConfig, settings: Settings, timing: Timing) -> None:
             raise Reject(f"runner {config.runner_id} may not take job {parsed.job_id} now", requeue=True)
 
     del device_run
-    queues = [device_queue(name) for name in config.device_classes]
+    # Its XNNPACK classes' bundles of its own stack: those its installed wheel's runtime runs.
+    stack = current_stack()
+    queues = [device_queue(name, stack) for name in config.device_classes]
     eager = baseline_capability()
     if config.baseline and eager.status == "ok":
         queues += [baseline_queue(name) for name in config.device_classes]

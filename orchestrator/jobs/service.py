@@ -180,7 +180,7 @@ def create_device_jobs(session: Session, cell: Cell, settings: Settings) -> list
         if device_classes.backend_of(name) != cell.backend:
             continue
         timeout = settings.device_timeout_s
-        created.append(create(session, cell, device_stage(name), device_queue(name), timeout))
+        created.append(create(session, cell, device_stage(name), device_queue(name, cell.stack), timeout))
         if name in timers:
             created.append(create(session, cell, baseline_stage(name), baseline_queue(name), timeout))
     return created

@@ -11,8 +11,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from coverfarm.queues import device_queue
 from coverfarm.settings import Settings
 from coverfarm.signing import new_key_pair, sign
+from coverfarm.stacks import DEFAULT_STACK
 from orchestrator.devices import service as devices
 from orchestrator.devices.grid import device_cells
 from orchestrator.models import DeviceRun, EnrolmentToken, Job, JobStatus, Runner, Sweep, utcnow
@@ -279,3 +281,25 @@ def test_offline_import_verifies_signature_and_bundle(
 
     client.post(f"/api/runners/{runner_id}/revoke", headers=admin)
     assert client.post("/api/results/import", headers=admin, json=signed).status_code == 403
+
+
+def test_an_xnnpack_cells_device_run_goes_to_runners_of_its_stack(
+    client: TestClient, admin: dict[str, str], sessions: sessionmaker[Session], settings: Settings,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """An XNNPACK bundle runs on the Python runtime of the wheel beside the runner, so a cell of another
+    stack waits for a runner of that stack; a Vulkan class's runner runs its own declared runtime, one
+    queue for every stack (its run is flagged when that runtime is not the cell's release)."""
+    old = "et-1.4.1"
+    sweep = submit(client, admin, stacks=[DEFAULT_STACK, old], device_classes=[CLASS, "h200-vulkan"])
+    for cell in sweep["cells"]:  # type: ignore[attr-defined]
+        lower_with_bundle(sessions, settings, cell["jobs"][0]["id"], "act", tmp_path / str(cell["id"]))
+    with sessions() as session:
+        queues = {(j.cell.backend, j.cell.stack, j.queue) for j in device_jobs(session, int(sweep["id"]))}  # type: ignore[call-overload]
+    assert queues == {
+        ("xnnpack", DEFAULT_STACK, f"device.{CLASS}"),
+        ("xnnpack", old, f"device.{CLASS}@{old}"),
+        ("vulkan", DEFAULT_STACK, "device.h200-vulkan"),
+        ("vulkan", old, "device.h200-vulkan"),
+    }
+    assert device_queue(CLASS) == device_queue(CLASS, DEFAULT_STACK) == f"device.{CLASS}"
