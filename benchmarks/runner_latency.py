@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 from coverfarm.baseline import BaselineResult, Speedup, speedup
-from gpu_runner.result import DeviceResult, LatencyStats
+from coverfarm.device_result import DeviceResult, LatencyStats
 
 COVERFARM = [sys.executable, "-m", "coverfarm"]
 # Recorded as the runner of both sides when this host has no enrolled runner: one benchmark process

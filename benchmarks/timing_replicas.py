@@ -25,8 +25,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from coverfarm.device_result import LatencyStats
 from coverfarm.digest import bundle_digest
-from gpu_runner.result import LatencyStats
 
 COVERFARM = [sys.executable, "-m", "coverfarm"]
 # The fixed count the farm used before its timing rules, one replica, frame 0.

@@ -317,7 +317,7 @@ class Runner(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(255))
     device_classes: Mapped[list[str]] = mapped_column(JSONType)
-    probe: Mapped[dict[str, Any]] = mapped_column(JSONType)  # gpu_runner.result.ProbeReport
+    probe: Mapped[dict[str, Any]] = mapped_column(JSONType)  # coverfarm.device_result.ProbeReport
     credential_hash: Mapped[str] = mapped_column(String(64), unique=True)
     # Ed25519 public key (hex) that verifies the runner's signed offline results; the private key
     # never reaches the farm (coverfarm/signing.py). None: the runner signs nothing.
@@ -380,7 +380,7 @@ class CellDeviceRow:
 class DeviceRun(CellDeviceRow, Base):
     """The device result of one cell on one device class: from its device job (``job_id``) or from an
     offline import. One row per (cell, class): a retried attempt or a second import replaces it.
-    ``status`` and ``document`` are gpu_runner.result.DeviceResult's."""
+    ``status`` and ``document`` are coverfarm.device_result.DeviceResult's."""
 
     __tablename__ = "device_runs"
 

@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field, ValidationError
 from coverfarm.errors import UserError
 
 if TYPE_CHECKING:
-    from gpu_runner.result import DeviceResult
+    from coverfarm.device_result import DeviceResult
 
 SET_FILE = "bundles.json"
 SET_FORMAT = 1

@@ -119,9 +119,9 @@ def run_bundle(args: argparse.Namespace) -> int:
     binary = _executor_runner(args)
     runner_id = args.runner_id if args.runner_id is not None else runner_farm.enrolled_runner_id(args)
 
+    from coverfarm.device_result import DeviceResult
     from coverfarm.hostlock import HostLock
     from gpu_runner.replicas import run_replicated
-    from gpu_runner.result import DeviceResult
 
     def measure(bundle: Path, sha256: str | None) -> DeviceResult:
         return run_replicated(

@@ -76,10 +76,10 @@ def config_path(args: argparse.Namespace) -> Path:
 
 
 def run_register(args: argparse.Namespace) -> int:
+    from coverfarm.device_result import EagerBaseline
     from coverfarm.signing import new_key_pair
     from gpu_runner.config import RunnerConfig, save
     from gpu_runner.probe import probe
-    from gpu_runner.result import EagerBaseline
 
     report = probe()
     if args.no_baseline and report.baseline is not None:

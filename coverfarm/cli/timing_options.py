@@ -12,9 +12,9 @@ import argparse
 
 from pydantic import ValidationError
 
+from coverfarm.device_result import TimingRules
 from coverfarm.errors import UserError
 from coverfarm.settings import Settings
-from gpu_runner.result import TimingRules
 
 # option -> (TimingRules field, type, what it is)
 OPTIONS = {

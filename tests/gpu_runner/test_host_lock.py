@@ -15,8 +15,8 @@ from pathlib import Path
 
 from runnerhelp import ROOT
 
+from coverfarm.device_result import DeviceResult
 from coverfarm.hostlock import HostLock
-from gpu_runner.result import DeviceResult
 from worker.stages.bounded import StageRun, run_bounded
 
 SLEEPY = str(ROOT / "tests" / "worker")

@@ -18,6 +18,7 @@ import pytest
 from runnerhelp import ROOT
 
 from coverfarm.cli import main
+from coverfarm.device_result import DeviceResult, TimingRules
 from gpu_runner import native_runtime
 from gpu_runner.bundle_run import run_bundle
 from gpu_runner.manifest import TensorSpec, load_manifest
@@ -31,7 +32,6 @@ from gpu_runner.native_runtime import (
     runner_args,
     scan_backends,
 )
-from gpu_runner.result import DeviceResult, TimingRules
 from gpu_runner.runtime import PythonRuntime, RuntimeFailure, registered_backends
 from gpu_runner.runtime_choice import choose_runtime
 

@@ -15,8 +15,8 @@ import pytest
 from runnerhelp import ROOT, rehomed
 
 from coverfarm import digest
+from coverfarm.device_result import DeviceResult, TimingRules
 from gpu_runner.bundle_run import run_bundle
-from gpu_runner.result import DeviceResult, TimingRules
 from gpu_runner.runtime import registered_backends
 
 QUICK = TimingRules(warmup=1, min_chunks=5, min_s=0.0, max_s=5.0, replicas=1)

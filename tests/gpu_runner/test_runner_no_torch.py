@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 import coverfarm.cli
 import coverfarm.cli.runner
-import gpu_runner.bundle_run, gpu_runner.probe, gpu_runner.result, gpu_runner.runtime
+import gpu_runner.bundle_run, gpu_runner.probe, coverfarm.device_result, gpu_runner.runtime
 coverfarm.cli.build_parser()
 bundle = Path(sys.argv[1])
 assert gpu_runner.bundle_run.verify(bundle) == bundle.name

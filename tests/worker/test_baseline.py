@@ -10,8 +10,8 @@ import pytest
 
 from coverfarm.baseline import BaselineResult, speedup
 from coverfarm.cli import main
+from coverfarm.device_result import DeviceResult, TimingRules
 from coverfarm.result import Options
-from gpu_runner.result import DeviceResult, TimingRules
 from gpu_runner.stats import latency_stats
 from worker.baseline import measure_baseline
 
