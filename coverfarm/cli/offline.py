@@ -121,9 +121,9 @@ def run_enrol_offline(args: argparse.Namespace) -> int:
 
 
 def run_sweep_bundles(args: argparse.Namespace) -> int:
+    from coverfarm.bundle_archive import unpack
     from coverfarm.cli.farm import _request, _token
     from coverfarm.digest import bundle_digest
-    from orchestrator.artifacts.store import unpack
 
     url, token = args.url.rstrip("/"), _token(args)
     listed = _request(
