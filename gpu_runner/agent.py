@@ -41,13 +41,13 @@ from typing import Any
 import httpx
 
 from coverfarm.baseline import BaselineResult
-from coverfarm.cli.timing_options import as_arguments
 from coverfarm.device_result import TimingRules
 from coverfarm.periodic import Outage, Periodic
 from coverfarm.result import Options
 from coverfarm.settings import Settings, get_settings
 from gpu_runner.client import FarmClient, Refused
 from gpu_runner.config import RunnerConfig, load
+from gpu_runner.timing_options import as_arguments
 
 log = logging.getLogger("coverfarm.runner")
 

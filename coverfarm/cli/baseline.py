@@ -10,9 +10,9 @@ from pydantic import ValidationError
 
 from coverfarm import catalog
 from coverfarm.cli.runner_farm import add_signing_options
-from coverfarm.cli.timing_options import add_timing_options, timing_rules
 from coverfarm.errors import UserError
 from coverfarm.result import Options
+from gpu_runner.timing_options import add_timing_options, timing_rules
 
 MAX_FRAMES = 16
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from coverfarm.cli import offline, runner_farm
-from coverfarm.cli.timing_options import add_timing_options, timing_rules
 from coverfarm.errors import UserError
+from gpu_runner.timing_options import add_timing_options, timing_rules
 
 
 def register(sub: argparse._SubParsersAction) -> None:

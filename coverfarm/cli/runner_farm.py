@@ -19,11 +19,11 @@ from typing import Any
 
 from coverfarm.cli import offline
 from coverfarm.cli.farm import DEFAULT_URL, _request, _token
-from coverfarm.cli.timing_options import add_timing_options, timing_rules
 from coverfarm.errors import UserError
 from coverfarm.processes import start_child
 from coverfarm.result import error_line
 from coverfarm.settings import Settings, get_settings
+from gpu_runner.timing_options import add_timing_options, timing_rules
 
 CLI = "import sys; from coverfarm.cli import main; sys.exit(main())"
 
