@@ -20,6 +20,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    MetaData,
     String,
     Text,
     TypeDecorator,
@@ -30,10 +31,22 @@ from sqlalchemy import (
     true,
 )
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import Mapped, Mapper, declared_attr, mapped_column, relationship
+from sqlalchemy.orm import DeclarativeBase, Mapped, Mapper, declared_attr, mapped_column, relationship
 
 from coverfarm.stacks import DEFAULT_STACK
-from orchestrator.db import Base
+
+
+class Base(DeclarativeBase):
+    # Named constraints, so that later migrations can drop them on SQLite (batch mode) and Postgres alike.
+    metadata = MetaData(
+        naming_convention={
+            "ix": "ix_%(column_0_label)s",
+            "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+            "ck": "ck_%(table_name)s_%(constraint_name)s",
+            "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+            "pk": "pk_%(table_name)s",
+        }
+    )
 
 
 def utcnow() -> datetime:
