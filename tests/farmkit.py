@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from coverfarm.processes import stop_group
 from coverfarm.settings import Settings
-from orchestrator.app import create_app
+from dashboard.app import create_app
 from orchestrator.migrate import upgrade
 
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"

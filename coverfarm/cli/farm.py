@@ -139,7 +139,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from orchestrator.app import create_app
+    from dashboard.app import create_app
 
     settings = _prepare(get_settings())
     settings.ensure_admin_token()
@@ -165,7 +165,7 @@ def run_up(args: argparse.Namespace) -> int:
 def _up(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from orchestrator.app import create_app
+    from dashboard.app import create_app
 
     settings = _prepare(get_settings())
     token = settings.ensure_admin_token()

@@ -28,7 +28,7 @@ from coverfarm.cli import farm as cli
 from coverfarm.cli import main
 from coverfarm.settings import Settings
 from dashboard import endpoints
-from orchestrator.app import create_app
+from dashboard.app import create_app
 from orchestrator.migrate import upgrade
 
 BROKER = session_broker(12)

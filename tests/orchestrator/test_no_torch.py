@@ -21,6 +21,7 @@ assert not loaded, loaded[:5]
     ("module", "extra"),
     [
         ("orchestrator.app", "orchestrator.app.create_app()"),
+        ("dashboard.app", "dashboard.app.create_app()"),
         ("coverfarm.queues", ""),
         ("coverfarm.cli", "coverfarm.cli.build_parser()"),
         ("worker.tasks", ""),  # the engine is imported by the first job, not by the module
