@@ -235,7 +235,7 @@ def run_worker(args: argparse.Namespace) -> int:
         f"{per_job_gb:.1f} GB each, on {queues}",
         file=sys.stderr,
     )
-    from worker.tasks import app
+    from orchestrator.jobs.tasks import app
 
     app.worker_main(
         [

@@ -24,7 +24,7 @@ assert not loaded, loaded[:5]
         ("dashboard.app", "dashboard.app.create_app()"),
         ("coverfarm.queues", ""),
         ("coverfarm.cli", "coverfarm.cli.build_parser()"),
-        ("worker.tasks", ""),  # the engine is imported by the first job, not by the module
+        ("orchestrator.jobs.tasks", ""),  # the engine is imported by the first job, not by the module
     ],
 )
 def test_module_does_not_import_torch(module: str, extra: str) -> None:
