@@ -17,16 +17,14 @@ import threading
 import time
 from typing import Any
 
-import httpx
-
 from coverfarm import tracker
 from coverfarm.cli import offline
+from coverfarm.cli.farm_api import DEFAULT_URL, _request, _token
 from coverfarm.cli.follow import follow
 from coverfarm.errors import UserError
 from coverfarm.processes import exit_on_signals, start_child, stop_group
 from coverfarm.settings import Settings, get_settings
 
-DEFAULT_URL = "http://127.0.0.1:8000"
 DONE_STATES = ("done", "cancelled")
 
 
@@ -267,38 +265,6 @@ def _prepare(settings: Settings) -> Settings:
     # Alembic is idempotent at head; the embedded default has nobody else to run it.
     upgrade(settings)
     return settings
-
-
-def _token(args: argparse.Namespace) -> str:
-    token = args.token or get_settings().read_admin_token()
-    if not token:
-        raise UserError(
-            "no admin token: pass --token, set COVERFARM_ADMIN_TOKEN, or run `coverfarm serve` here"
-        )
-    return str(token)
-
-
-def _request(method: str, url: str, token: str | None = None, **kwargs: Any) -> httpx.Response:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    try:
-        response = httpx.request(method, url, headers=headers, timeout=30, **kwargs)
-    except httpx.TransportError as error:
-        raise UserError(f"cannot reach the orchestrator at {url}: {error}") from None
-    if response.is_error:
-        raise UserError(f"{method} {url}: {response.status_code} {_detail(response)}")
-    return response
-
-
-def _detail(response: httpx.Response) -> str:
-    try:
-        detail = response.json().get("detail")
-    except (ValueError, AttributeError):
-        return response.text.strip()
-    if isinstance(detail, list):
-        return "; ".join(
-            f"{'.'.join(map(str, error.get('loc', [])[1:]))}: {error.get('msg')}" for error in detail
-        )
-    return str(detail)
 
 
 def _names(value: str) -> list[str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from coverfarm.cli import offline
-from coverfarm.cli.farm import DEFAULT_URL, _request, _token
+from coverfarm.cli.farm_api import DEFAULT_URL, _request, _token
 from coverfarm.errors import UserError
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from coverfarm.cli import offline
-from coverfarm.cli.farm import DEFAULT_URL, _request, _token
+from coverfarm.cli.farm_api import DEFAULT_URL, _request, _token
 from coverfarm.errors import UserError
 from coverfarm.processes import start_child
 from coverfarm.result import error_line

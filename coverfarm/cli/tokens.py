@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from coverfarm.cli.farm import DEFAULT_URL, _request, _token
+from coverfarm.cli.farm_api import DEFAULT_URL, _request, _token
 from coverfarm.errors import UserError
 
 
