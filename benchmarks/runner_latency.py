@@ -28,7 +28,7 @@ from pathlib import Path
 from coverfarm.baseline import BaselineResult, Speedup, speedup
 from coverfarm.device_result import DeviceResult, LatencyStats
 
-COVERFARM = [sys.executable, "-m", "coverfarm"]
+COVERFARM = [sys.executable, "-m", "coverfarm_cli"]
 # Recorded as the runner of both sides when this host has no enrolled runner: one benchmark process
 # tree times both, one after the other.
 BENCHMARK_RUNNER_ID = 0

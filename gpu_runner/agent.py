@@ -55,7 +55,7 @@ log = logging.getLogger("coverfarm.runner")
 HEALTH_RULES = TimingRules(warmup=1, min_chunks=5, min_s=0.0, max_s=5.0, replicas=1)
 UNAUTHORISED = (401, 403)
 NOT_READY = 423
-CLI = "import sys; from coverfarm.cli import main; sys.exit(main())"
+CLI = "import sys; from coverfarm_cli import main; sys.exit(main())"
 
 
 @dataclass(frozen=True)

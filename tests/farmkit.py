@@ -212,7 +212,7 @@ def child_env(farm_env: dict[str, str], path: Sequence[Path] = (), **extra: str)
 
 
 def coverfarm_command(*args: str) -> list[str]:
-    return [sys.executable, "-c", "import sys; from coverfarm.cli import main; sys.exit(main())", *args]
+    return [sys.executable, "-c", "import sys; from coverfarm_cli import main; sys.exit(main())", *args]
 
 
 def start_server(

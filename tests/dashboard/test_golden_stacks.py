@@ -24,9 +24,9 @@ from sqlalchemy import create_engine
 from sqlalchemy.orm import sessionmaker
 from test_golden_views import check, get
 
-from coverfarm.cli import farm as cli
-from coverfarm.cli import main
 from coverfarm.settings import Settings
+from coverfarm_cli import farm as cli
+from coverfarm_cli import main
 from dashboard import endpoints
 from dashboard.app import create_app
 from orchestrator.migrate import upgrade

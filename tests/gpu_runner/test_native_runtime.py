@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from runnerhelp import ROOT
 
-from coverfarm.cli import main
 from coverfarm.device_result import DeviceResult, TimingRules
+from coverfarm_cli import main
 from gpu_runner import native_runtime
 from gpu_runner.bundle_run import run_bundle
 from gpu_runner.manifest import TensorSpec, load_manifest
@@ -302,7 +302,7 @@ def test_native_runtime_end_to_end(tiny_bundles: dict[str, Path], tmp_path: Path
     out = tmp_path / "result.json"
     args = ["runner", "run-bundle", str(tiny_bundles["xnnpack"]), "--out", str(out), "--runtime", "native"]
     run = subprocess.run(
-        [sys.executable, "-m", "coverfarm", *args, "--min-chunks", "3", "--min-seconds", "0"],
+        [sys.executable, "-m", "coverfarm_cli", *args, "--min-chunks", "3", "--min-seconds", "0"],
         cwd=ROOT,
         capture_output=True,
         text=True,

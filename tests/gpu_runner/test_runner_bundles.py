@@ -24,7 +24,7 @@ QUICK = TimingRules(warmup=1, min_chunks=5, min_s=0.0, max_s=5.0, replicas=1)
 
 def coverfarm(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "coverfarm", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "coverfarm_cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
 
 

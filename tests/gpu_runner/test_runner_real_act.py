@@ -15,7 +15,7 @@ from small_checkpoints import SMALL_ACT, SMALL_ACT_FEATURES, save_small_checkpoi
 
 from coverfarm.device_result import DeviceResult
 
-COVERFARM = [sys.executable, "-m", "coverfarm"]
+COVERFARM = [sys.executable, "-m", "coverfarm_cli"]
 
 
 @pytest.mark.real_policy

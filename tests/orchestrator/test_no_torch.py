@@ -23,7 +23,7 @@ assert not loaded, loaded[:5]
         ("orchestrator.app", "orchestrator.app.create_app()"),
         ("dashboard.app", "dashboard.app.create_app()"),
         ("coverfarm.queues", ""),
-        ("coverfarm.cli", "coverfarm.cli.build_parser()"),
+        ("coverfarm_cli", "coverfarm_cli.build_parser()"),
         ("orchestrator.jobs.tasks", ""),  # the engine is imported by the first job, not by the module
     ],
 )

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from coverfarm.cli import offline, runner_farm
 from coverfarm.errors import UserError
+from coverfarm_cli import offline, runner_farm
 from gpu_runner.timing_options import add_timing_options, timing_rules
 
 if TYPE_CHECKING:

@@ -81,8 +81,8 @@ def add_runner_command(commands: argparse._SubParsersAction, default_url: str) -
 
 
 def run_enrol_offline(args: argparse.Namespace) -> int:
-    from coverfarm.cli.farm_api import _request, _token
     from coverfarm.signing import new_key_pair
+    from coverfarm_cli.farm_api import _request, _token
     from gpu_runner.config import RunnerConfig, save
 
     classes = [name.strip() for name in args.classes.split(",") if name.strip()]
@@ -118,8 +118,8 @@ def run_enrol_offline(args: argparse.Namespace) -> int:
 
 def run_sweep_bundles(args: argparse.Namespace) -> int:
     from coverfarm.bundle_archive import unpack
-    from coverfarm.cli.farm_api import _request, _token
     from coverfarm.digest import bundle_digest
+    from coverfarm_cli.farm_api import _request, _token
 
     url, token = args.url.rstrip("/"), _token(args)
     listed = _request(

@@ -18,12 +18,12 @@ import time
 from typing import Any
 
 from coverfarm import tracker
-from coverfarm.cli import offline
-from coverfarm.cli.farm_api import DEFAULT_URL, _request, _token
-from coverfarm.cli.follow import follow
 from coverfarm.errors import UserError
 from coverfarm.processes import exit_on_signals, start_child, stop_group
 from coverfarm.settings import Settings, get_settings
+from coverfarm_cli import offline
+from coverfarm_cli.farm_api import DEFAULT_URL, _request, _token
+from coverfarm_cli.follow import follow
 
 DONE_STATES = ("done", "cancelled")
 
@@ -173,7 +173,7 @@ def _up(args: argparse.Namespace) -> int:
     serving.start()
     # Its own process group, stopped as a whole below (and by the kernel should this process be killed).
     worker = start_child(
-        [sys.executable, "-c", "import sys; from coverfarm.cli import main; sys.exit(main())", "worker"]
+        [sys.executable, "-c", "import sys; from coverfarm_cli import main; sys.exit(main())", "worker"]
     )
     runner: subprocess.Popen[bytes] | None = None
     try:
@@ -183,7 +183,7 @@ def _up(args: argparse.Namespace) -> int:
             time.sleep(0.1)
         url = f"http://{host}:{port}"
         print(f"coverfarm: serving {url}", file=sys.stderr)
-        from coverfarm.cli.runner_farm import start_local_runner
+        from coverfarm_cli.runner_farm import start_local_runner
 
         runner, classes = start_local_runner(url, token, settings)
         submit = argparse.Namespace(

@@ -17,15 +17,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from coverfarm.cli import offline
-from coverfarm.cli.farm_api import DEFAULT_URL, _request, _token
 from coverfarm.errors import UserError
 from coverfarm.processes import start_child
 from coverfarm.result import error_line
 from coverfarm.settings import Settings, get_settings
+from coverfarm_cli import offline
+from coverfarm_cli.farm_api import DEFAULT_URL, _request, _token
 from gpu_runner.timing_options import add_timing_options, timing_rules
 
-CLI = "import sys; from coverfarm.cli import main; sys.exit(main())"
+CLI = "import sys; from coverfarm_cli import main; sys.exit(main())"
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
