@@ -147,7 +147,7 @@ def test_runner_never_imports_torch_itself(tiny_bundles: dict[str, Path], tmp_pa
     out = tmp_path / "result.json"
     args = ["runner", "run-bundle", str(tiny_bundles["xnnpack"]), "--out", str(out), "--runtime", "python",
             "--min-chunks", "3", "--min-seconds", "0", "--replicas", "1"]  # fmt: skip
-    report = hooked("coverfarm", *args)
+    report = hooked("coverfarm_cli", *args)
     assert report["code"] == 0 and report["importers"] == []
     result = DeviceResult.model_validate_json(out.read_text())
     assert result.status == "ok", result.error
@@ -158,7 +158,7 @@ def test_runner_never_imports_torch_itself(tiny_bundles: dict[str, Path], tmp_pa
     bundle, rules = str(tiny_bundles["xnnpack"]), QUICK.model_dump_json()
     replica = hooked("gpu_runner.bundle_run", bundle, "--out", str(out), "--rules", rules)
     assert replica["code"] == 0
-    mine = ("gpu_runner", "coverfarm")
+    mine = ("gpu_runner", "coverfarm", "coverfarm_cli")
     ours = [who for who, _ in replica["importers"] if who and who.split(".")[0] in mine]
     assert ours == []
     first = [who for who, loaded in replica["importers"] if not loaded]
