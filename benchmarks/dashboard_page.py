@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 POLICIES = [f"policy_{i:02d}" for i in range(25)]
 BACKENDS = ["vulkan", "xnnpack"]
 OK = StageResult(status=StageStatus.OK, seconds=1.0)
-COMMAND = [sys.executable, "-c", "import sys; from coverfarm.cli import main; sys.exit(main())"]
+COMMAND = [sys.executable, "-c", "import sys; from coverfarm_cli import main; sys.exit(main())"]
 
 
 def document(policy: str, backend: str, index: int) -> ResultDocument:

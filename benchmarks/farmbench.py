@@ -155,7 +155,7 @@ class Farm:
         return done.stdout
 
     def _coverfarm(self, *args: str, log: str, **extra: str) -> subprocess.Popen[bytes]:
-        command = [sys.executable, "-c", "import sys; from coverfarm.cli import main; sys.exit(main())"]
+        command = [sys.executable, "-c", "import sys; from coverfarm_cli import main; sys.exit(main())"]
         return self._spawn([*command, *args], log, **extra)
 
     def serve(self) -> str:

@@ -26,9 +26,9 @@ import tempfile
 from pathlib import Path
 
 from coverfarm.baseline import BaselineResult, Speedup, speedup
-from gpu_runner.result import DeviceResult, LatencyStats
+from coverfarm.device_result import DeviceResult, LatencyStats
 
-COVERFARM = [sys.executable, "-m", "coverfarm"]
+COVERFARM = [sys.executable, "-m", "coverfarm_cli"]
 # Recorded as the runner of both sides when this host has no enrolled runner: one benchmark process
 # tree times both, one after the other.
 BENCHMARK_RUNNER_ID = 0

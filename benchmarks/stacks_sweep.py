@@ -2,7 +2,7 @@
 
 For each stack (``coverfarm.stacks``; its virtualenv from ``make stack STACK=NAME``, the default stack's
 may be the checkout's ``.venv``), each policy and each backend, the engine runs in that stack's own
-interpreter (``python -m coverfarm analyze --json``: trace, partition, export, as a farm worker runs a
+interpreter (``python -m coverfarm_cli analyze --json``: trace, partition, export, as a farm worker runs a
 cell) and its result document is kept under ``--out``. It then prints, per policy and backend, each
 stack's tracker row (ops on the backend / total, heavy-math share, programs, export) and its blocker
 groups, and which groups are fixed and which introduced from one stack to the next, oldest first.
@@ -93,7 +93,17 @@ def measure(python: Path, stack: str, policy: str, backend: str, out: Path, args
     if args.table_only:
         return Cell(stack, policy, backend, None, note="not measured")
     path.parent.mkdir(parents=True, exist_ok=True)
-    command = [str(python), "-m", "coverfarm", "analyze", "--policy", policy, "--backend", backend, "--json"]
+    command = [
+        str(python),
+        "-m",
+        "coverfarm_cli",
+        "analyze",
+        "--policy",
+        policy,
+        "--backend",
+        backend,
+        "--json",
+    ]
     command += [
         "--out",
         str(out / stack / "work"),

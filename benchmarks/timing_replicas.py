@@ -25,10 +25,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from coverfarm.device_result import LatencyStats
 from coverfarm.digest import bundle_digest
-from gpu_runner.result import LatencyStats
 
-COVERFARM = [sys.executable, "-m", "coverfarm"]
+COVERFARM = [sys.executable, "-m", "coverfarm_cli"]
 # The fixed count the farm used before its timing rules, one replica, frame 0.
 BEFORE = ["--warmup", "3", "--min-chunks", "20", "--min-seconds", "0", "--replicas", "1"]
 BEFORE += ["--inputs", "frame0"]

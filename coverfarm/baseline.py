@@ -14,8 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from coverfarm.device_result import Board, DeviceResult, LatencyStats
 from coverfarm.result import Options
-from gpu_runner.result import Board, DeviceResult, LatencyStats
 
 BASELINE_FORMAT = 1
 

@@ -14,9 +14,9 @@ from datetime import datetime
 from coverfarm import device_classes
 from coverfarm.baseline import BaselineResult, speedup
 from coverfarm.cell_view import CellView, Column, Kind, Latency, OffRelease, Share
+from coverfarm.device_result import DeviceResult
 from coverfarm.result import Options, ResultDocument, StageStatus, error_line
 from coverfarm.stacks import DEFAULT_STACK
-from gpu_runner.result import DeviceResult
 
 PENDING_STATES = ("queued", "running")  # job statuses (orchestrator.models.JobStatus) still to end
 NO_BUNDLE = "no bundle to run"

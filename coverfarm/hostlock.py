@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gpu_runner.result import Isolation
+from coverfarm.device_result import Isolation
 
 POLL_S = 0.2
 

@@ -18,7 +18,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from coverfarm import catalog
-from gpu_runner.result import TimingRules
+from coverfarm.device_result import TimingRules
 
 # The tracker's policies (every one keeps its row: those the engine cannot build get a result with the
 # cause) and the engine's backends. The orchestrator cannot ask the engine, which imports torch, so the
@@ -55,7 +55,7 @@ class Settings(BaseSettings):
     # A device runner's own bound on one bundle run (download, load, test case, frames, timing).
     device_timeout_s: float = Field(900.0, gt=0)
     # How device runs and eager baselines are timed and when their numbers are trusted; every latency
-    # records the rules it was measured under (gpu_runner.result.TimingRules has the defaults).
+    # records the rules it was measured under (coverfarm.device_result.TimingRules has the defaults).
     timing: TimingRules = Field(default_factory=TimingRules)
     # The host-level lock that keeps timings apart from CPU stages (coverfarm.hostlock). None:
     # home/timing.lock, which the worker and the local runner of ``coverfarm up`` share.

@@ -41,13 +41,13 @@ from typing import Any
 import httpx
 
 from coverfarm.baseline import BaselineResult
-from coverfarm.cli.timing_options import as_arguments
+from coverfarm.device_result import TimingRules
 from coverfarm.periodic import Outage, Periodic
 from coverfarm.result import Options
 from coverfarm.settings import Settings, get_settings
 from gpu_runner.client import FarmClient, Refused
 from gpu_runner.config import RunnerConfig, load
-from gpu_runner.result import TimingRules
+from gpu_runner.timing_options import as_arguments
 
 log = logging.getLogger("coverfarm.runner")
 
@@ -55,7 +55,7 @@ log = logging.getLogger("coverfarm.runner")
 HEALTH_RULES = TimingRules(warmup=1, min_chunks=5, min_s=0.0, max_s=5.0, replicas=1)
 UNAUTHORISED = (401, 403)
 NOT_READY = 423
-CLI = "import sys; from coverfarm.cli import main; sys.exit(main())"
+CLI = "import sys; from coverfarm_cli import main; sys.exit(main())"
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 
+from coverfarm.bundle_archive import unpack
 from gpu_runner.config import RunnerConfig
 
 TIMEOUT = httpx.Timeout(30.0, read=300.0)
@@ -86,8 +87,6 @@ class FarmClient:
 
     def fetch(self, sha256: str, into: Path) -> Path:
         """Download bundle ``sha256`` into ``into/<sha256>`` (replacing it); the caller verifies its hash."""
-        from orchestrator.artifacts.store import unpack
-
         into.mkdir(parents=True, exist_ok=True)
         target = into / sha256
         with tempfile.TemporaryDirectory(prefix=".fetch.", dir=into) as work:

@@ -15,7 +15,7 @@ import socket
 import time
 from pathlib import Path
 
-from gpu_runner.result import HostLoad
+from coverfarm.device_result import HostLoad
 
 _STAT = Path("/proc/stat")
 _LOADAVG = Path("/proc/loadavg")

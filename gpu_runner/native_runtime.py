@@ -21,7 +21,7 @@ chunk includes its numpy hand-over. An older binary runs one process per call; i
 from its own logged execution times with ``--num_executions``, never from the wall clock of processes
 (``chunk_samples``). Either way the result says which.
 
-Failures are classified (``gpu_runner.result.DeviceFailure``): a process that ends before its program
+Failures are classified (``coverfarm.device_result.DeviceFailure``): a process that ends before its program
 is loaded was refused at load, one that ends after was a crash (its signal and last lines), and one
 that runs past its bound is out of time; the runtime's own message is kept in full.
 """
@@ -45,8 +45,7 @@ from typing import NoReturn, cast
 
 import numpy as np
 
-from gpu_runner.manifest import ProgramSpec, TensorSpec
-from gpu_runner.result import (
+from coverfarm.device_result import (
     DeviceFailure,
     FailureKind,
     NativeRuntimeInfo,
@@ -54,6 +53,7 @@ from gpu_runner.result import (
     TimingRules,
     short_message,
 )
+from gpu_runner.manifest import ProgramSpec, TensorSpec
 from gpu_runner.runtime import (
     RUNTIME_BACKEND,
     ChunkWork,

@@ -23,8 +23,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from gpu_runner import native_runtime, runtime
-from gpu_runner.result import (
+from coverfarm.device_result import (
     Board,
     EagerBaseline,
     ExecutorchInfo,
@@ -33,6 +32,7 @@ from gpu_runner.result import (
     ThermalZone,
     VulkanDevice,
 )
+from gpu_runner import native_runtime, runtime
 
 # PCI / Khronos vendor ids as vulkaninfo prints them.
 VENDORS = {

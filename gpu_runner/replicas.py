@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from gpu_runner.result import DeviceResult, TimingRules
+from coverfarm.device_result import DeviceResult, TimingRules
 from gpu_runner.stats import combine, mark_isolation
 
 if TYPE_CHECKING:

@@ -25,8 +25,8 @@ from typing import Any, Literal, Protocol, cast
 
 import numpy as np
 
+from coverfarm.device_result import DeviceFailure, TimingRules
 from gpu_runner.manifest import ProgramSpec
-from gpu_runner.result import DeviceFailure, TimingRules
 from gpu_runner.stats import Timed, timed_loop
 
 # The runtime name of each coverfarm backend's delegate, as ``backend_registry`` lists it.
@@ -38,7 +38,7 @@ _LIBTORCH = re.compile(r"/(libtorch[^/]*|libc10[^/]*)\.so[^/]*$")
 class RuntimeFailure(Exception):
     """The runtime could not be loaded, or refused a program or a call; the message is the cause.
 
-    ``failure`` classifies it (``gpu_runner.result.DeviceFailure``) where the runtime knows more than
+    ``failure`` classifies it (``coverfarm.device_result.DeviceFailure``) where the runtime knows more than
     one line: the class, the program, the runtime's own message, a signal, its last lines.
     """
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpu_runner.result import Isolation, LatencyStats, Replica, TimingRules
+from coverfarm.device_result import Isolation, LatencyStats, Replica, TimingRules
 
 MIN_REACHED, MAX_S_REACHED, MAX_CHUNKS_REACHED = (
     "min_chunks and min_s reached",

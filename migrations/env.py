@@ -8,8 +8,8 @@ from alembic import context
 from sqlalchemy import Connection
 
 from coverfarm.settings import Settings
-from orchestrator import models  # noqa: F401  (registers the tables on Base.metadata)
-from orchestrator.db import Base, make_engine
+from orchestrator.db import make_engine
+from orchestrator.models import Base
 
 config = context.config
 if config.config_file_name is not None and config.attributes.get("configure_logger", True):

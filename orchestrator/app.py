@@ -1,4 +1,5 @@
-"""The orchestrator's FastAPI app: ``create_app(settings)``; ``uvicorn orchestrator.app:app`` serves it.
+"""The orchestrator's FastAPI app, the REST API: ``create_app(settings)``. The farm serves it with the
+dashboard's pages mounted (``dashboard.app``, which sits above the orchestrator and imports it).
 
 Never imports torch (tests/orchestrator/test_no_torch.py checks it in a fresh interpreter).
 """
@@ -19,7 +20,6 @@ from sqlalchemy.orm import Session
 
 from coverfarm.queues import make_celery
 from coverfarm.settings import Settings, get_settings
-from dashboard.endpoints import router as dashboard_router
 from orchestrator.db import make_engine, make_sessionmaker
 from orchestrator.devices.endpoints import router as devices_router
 from orchestrator.devices.errors import Refused
@@ -84,7 +84,6 @@ def create_app(
     app.include_router(sweeps_router, prefix="/api")
     app.include_router(reports_router, prefix="/api")
     app.include_router(events_router, prefix="/api")
-    app.include_router(dashboard_router)
     app.include_router(workers_router, prefix="/api")
     app.include_router(devices_router, prefix="/api")
 
@@ -118,5 +117,6 @@ def create_app(
 
 
 def app() -> FastAPI:
-    """Factory for ``uvicorn --factory orchestrator.app:app`` (settings from the environment)."""
+    """Factory for ``uvicorn --factory orchestrator.app:app``, the API alone (settings from the
+    environment)."""
     return create_app()

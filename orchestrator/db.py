@@ -18,28 +18,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from celery import Celery
-from sqlalchemy import Engine, MetaData, create_engine, event, update
-from sqlalchemy.orm import DeclarativeBase, ORMExecuteState, Session, sessionmaker
+from sqlalchemy import Engine, create_engine, event, update
+from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker
 
 from coverfarm.errors import UserError
 from coverfarm.queues import DeviceMessage, LowerMessage, send_device, send_lower
 from coverfarm.settings import Settings
+from orchestrator.models import Job, utcnow
 
 OUTBOX = "coverfarm_outbox"
 log = logging.getLogger(__name__)
-
-
-class Base(DeclarativeBase):
-    # Named constraints, so that later migrations can drop them on SQLite (batch mode) and Postgres alike.
-    metadata = MetaData(
-        naming_convention={
-            "ix": "ix_%(column_0_label)s",
-            "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-            "ck": "ck_%(table_name)s_%(constraint_name)s",
-            "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-            "pk": "pk_%(table_name)s",
-        }
-    )
 
 
 def make_engine(settings: Settings) -> Engine:
@@ -165,8 +153,6 @@ def send_all(celery: Celery, outbox: list[Outgoing]) -> list[int]:
 def mark_sent(factory: Callable[[], Session], job_ids: list[int]) -> None:
     """Stamp ``sent_at`` on jobs whose message the broker took. Should this fail, the reconciler sends
     them once more: a duplicate message is dropped by the worker's start transition."""
-    from orchestrator.models import Job, utcnow  # models import this module
-
     try:
         with factory() as session:
             session.execute(

@@ -20,6 +20,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    MetaData,
     String,
     Text,
     TypeDecorator,
@@ -30,10 +31,22 @@ from sqlalchemy import (
     true,
 )
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import Mapped, Mapper, declared_attr, mapped_column, relationship
+from sqlalchemy.orm import DeclarativeBase, Mapped, Mapper, declared_attr, mapped_column, relationship
 
 from coverfarm.stacks import DEFAULT_STACK
-from orchestrator.db import Base
+
+
+class Base(DeclarativeBase):
+    # Named constraints, so that later migrations can drop them on SQLite (batch mode) and Postgres alike.
+    metadata = MetaData(
+        naming_convention={
+            "ix": "ix_%(column_0_label)s",
+            "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+            "ck": "ck_%(table_name)s_%(constraint_name)s",
+            "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+            "pk": "pk_%(table_name)s",
+        }
+    )
 
 
 def utcnow() -> datetime:
@@ -317,7 +330,7 @@ class Runner(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(255))
     device_classes: Mapped[list[str]] = mapped_column(JSONType)
-    probe: Mapped[dict[str, Any]] = mapped_column(JSONType)  # gpu_runner.result.ProbeReport
+    probe: Mapped[dict[str, Any]] = mapped_column(JSONType)  # coverfarm.device_result.ProbeReport
     credential_hash: Mapped[str] = mapped_column(String(64), unique=True)
     # Ed25519 public key (hex) that verifies the runner's signed offline results; the private key
     # never reaches the farm (coverfarm/signing.py). None: the runner signs nothing.
@@ -380,7 +393,7 @@ class CellDeviceRow:
 class DeviceRun(CellDeviceRow, Base):
     """The device result of one cell on one device class: from its device job (``job_id``) or from an
     offline import. One row per (cell, class): a retried attempt or a second import replaces it.
-    ``status`` and ``document`` are gpu_runner.result.DeviceResult's."""
+    ``status`` and ``document`` are coverfarm.device_result.DeviceResult's."""
 
     __tablename__ = "device_runs"
 

@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from coverfarm.processes import stop_group
 from coverfarm.settings import Settings
-from orchestrator.app import create_app
+from dashboard.app import create_app
 from orchestrator.migrate import upgrade
 
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -212,7 +212,7 @@ def child_env(farm_env: dict[str, str], path: Sequence[Path] = (), **extra: str)
 
 
 def coverfarm_command(*args: str) -> list[str]:
-    return [sys.executable, "-c", "import sys; from coverfarm.cli import main; sys.exit(main())", *args]
+    return [sys.executable, "-c", "import sys; from coverfarm_cli import main; sys.exit(main())", *args]
 
 
 def start_server(

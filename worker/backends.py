@@ -64,6 +64,11 @@ def get_backend(name: str) -> Backend:
 _SET_LITERAL = re.compile(r"\{([^{}]*)\}")
 
 
+# The reason of a node the support check accepts but no partition takes (worker.stages.observe records
+# it; worker.repros.verify judges a repro of it).
+LEFT_OUT = "accepted by the support check, but in no partition"
+
+
 def canonical_reason(reason: str) -> str:
     """The reason with the items of any ``{...}`` set it prints in sorted order.
 

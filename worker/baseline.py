@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from coverfarm.baseline import BaselineResult
+from coverfarm.device_result import HostLoad, LatencyStats, TimingRules
 from coverfarm.hostlock import held
 from coverfarm.result import Options
 from gpu_runner.hostload import LoadMeter, free_cores, host_id
 from gpu_runner.probe import board
-from gpu_runner.result import HostLoad, LatencyStats, TimingRules
 from gpu_runner.stats import combine, latency_stats, mark_isolation, replica, timed_loop
 from worker.stages.bounded import StageRun, run_bounded
 from worker.stages.events import EventLog, error_fields

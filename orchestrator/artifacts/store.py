@@ -91,10 +91,3 @@ class ArtifactStore:
             spool.seek(0)
             while block := spool.read(CHUNK):
                 yield block
-
-
-def unpack(archive: Path, into: Path) -> None:
-    """Extract a bundle tar fetched from the store (tarfile's "data" filter refuses links and escapes)."""
-    into.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(archive, mode="r:") as tar:
-        tar.extractall(into, filter="data")

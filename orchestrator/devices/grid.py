@@ -13,8 +13,8 @@ from coverfarm import tracker
 from coverfarm.baseline import BaselineResult
 from coverfarm.cell_build import Cell as CellInput
 from coverfarm.cell_build import DeviceInput, DeviceJob, device_columns
+from coverfarm.device_result import DeviceResult
 from coverfarm.result import Options
-from gpu_runner.result import DeviceResult
 from orchestrator.devices import repository
 from orchestrator.jobs.service import baseline_stage, cause, device_stage
 from orchestrator.models import PENDING_STATUSES, Cell, Job, Sweep

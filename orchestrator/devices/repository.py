@@ -10,7 +10,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from gpu_runner.result import ProbeReport
+from coverfarm.device_result import ProbeReport
 from orchestrator.models import (
     Cell,
     CellDeviceRow,

@@ -17,9 +17,9 @@ from sqlalchemy.orm import Session
 
 from coverfarm import device_classes, signing
 from coverfarm.baseline import BaselineResult
+from coverfarm.device_result import DeviceResult
 from coverfarm.result import Options, error_line
 from coverfarm.settings import Settings
-from gpu_runner.result import DeviceResult
 from orchestrator.devices import repository, service
 from orchestrator.devices.errors import Conflict, Forbidden, Unprocessable
 from orchestrator.devices.schemas import (

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from coverfarm.baseline import BaselineResult
-from gpu_runner.result import DeviceResult, ProbeReport
+from coverfarm.device_result import DeviceResult, ProbeReport
 from orchestrator.inputs import Count, Number
 from orchestrator.models import RunnerState
 

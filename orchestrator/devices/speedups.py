@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from coverfarm.baseline import BaselineResult, Speedup, speedup
-from gpu_runner.result import DeviceResult
+from coverfarm.device_result import DeviceResult
 from orchestrator.devices import repository
 from orchestrator.models import DeviceBaseline, DeviceRun, Sweep
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from coverfarm import runtime_repros
-from gpu_runner.result import short_message
+from coverfarm.device_result import short_message
 from orchestrator.devices.grid import baselines, runs
 from orchestrator.models import Cell, Sweep
 

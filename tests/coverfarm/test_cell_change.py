@@ -10,7 +10,7 @@ from coverfarm import tracker
 from coverfarm.cell_build import off_release
 from coverfarm.cell_change import Direction, count_change, device_change, export_change, share_change
 from coverfarm.cell_view import Column, Kind, Latency, Share
-from gpu_runner.result import DeviceResult, RuntimeIdentity
+from coverfarm.device_result import DeviceResult, RuntimeIdentity
 
 
 def share(kind: Kind, part: int, total: int) -> Column:

@@ -14,10 +14,10 @@ from coverfarm import tracker
 from coverfarm.baseline import BaselineResult
 from coverfarm.cell_build import Cell, CpuJobs, DeviceInput, DeviceJob, build
 from coverfarm.cell_view import Kind
-from coverfarm.cli import analyze, build_parser
+from coverfarm.device_result import DeviceResult, Isolation, LatencyStats, TimingRules
 from coverfarm.result import Options, ResultDocument, StageResult, StageStatus, WeightsInfo, error_line
+from coverfarm_cli import analyze, build_parser
 from dashboard.views import device_field
-from gpu_runner.result import DeviceResult, Isolation, LatencyStats, TimingRules
 from gpu_runner.stats import MIN_REACHED, replica
 
 CLASS = "cpu-x86_64-xnnpack"

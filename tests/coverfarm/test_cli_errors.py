@@ -11,7 +11,7 @@ import pytest
 
 def coverfarm(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "coverfarm", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+        [sys.executable, "-m", "coverfarm_cli", *args], capture_output=True, text=True, cwd=cwd, timeout=300
     )
 
 

@@ -15,7 +15,7 @@ import pytest
 from coverfarm.settings import Settings
 from orchestrator.migrate import upgrade
 
-CLI = "import sys; from coverfarm.cli import main; sys.exit(main())"
+CLI = "import sys; from coverfarm_cli import main; sys.exit(main())"
 
 
 def mode(path: Path) -> int:

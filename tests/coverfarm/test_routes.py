@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from coverfarm.cli import main
 from coverfarm.routes import (
     MEMORY_CLASSES_GB,
     NoMemoryClass,
@@ -21,6 +20,7 @@ from coverfarm.routes import (
 )
 from coverfarm.stack_detect import STACK_ENV, detect_stack
 from coverfarm.stacks import DEFAULT_STACK
+from coverfarm_cli import main
 from worker.memory import JOB_MEMORY_FLOOR_GB, concurrency_for
 
 

@@ -13,7 +13,7 @@ from coverfarm.result import ResultDocument, StageStatus
 
 def coverfarm(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "coverfarm", *args], capture_output=True, text=True, cwd=cwd, timeout=600
+        [sys.executable, "-m", "coverfarm_cli", *args], capture_output=True, text=True, cwd=cwd, timeout=600
     )
 
 

@@ -42,10 +42,10 @@ from golden_sweep import (
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from coverfarm.device_result import DeviceResult, RuntimeIdentity
 from coverfarm.queues import QUEUE_LOWER, make_celery
 from coverfarm.result import Blocker, Bundle, ErrorInfo, ResultDocument, StageResult, StageStatus
 from coverfarm.settings import Settings
-from gpu_runner.result import DeviceResult, RuntimeIdentity
 from orchestrator.artifacts import repository as artifacts
 from orchestrator.artifacts.store import Stored
 from orchestrator.db import unit_of_work

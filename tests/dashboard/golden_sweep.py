@@ -39,6 +39,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "devices"))
 from devicetools import enrol, make_healthy
 
 from coverfarm.baseline import BaselineResult
+from coverfarm.device_result import (
+    Board,
+    DeviceResult,
+    ExecutorchInfo,
+    Isolation,
+    LatencyStats,
+    NativeRuntimeInfo,
+    ProbeReport,
+    TimingRules,
+)
 from coverfarm.queues import make_celery
 from coverfarm.result import (
     Blocker,
@@ -56,16 +66,6 @@ from coverfarm.result import (
     WeightsInfo,
 )
 from coverfarm.settings import Settings
-from gpu_runner.result import (
-    Board,
-    DeviceResult,
-    ExecutorchInfo,
-    Isolation,
-    LatencyStats,
-    NativeRuntimeInfo,
-    ProbeReport,
-    TimingRules,
-)
 from gpu_runner.stats import MIN_REACHED, replica
 from orchestrator.artifacts import repository as artifacts
 from orchestrator.artifacts.store import Stored

@@ -334,9 +334,9 @@ def test_an_imported_device_result_appears_in_an_open_grid(
 ) -> None:
     """An offline host's signed result, imported while the grid is open, shows in its device column
     without a reload (the import emits a ``device`` event, which the grid follows)."""
+    from coverfarm.device_result import DeviceResult, LatencyStats
     from coverfarm.result import Bundle
     from coverfarm.signing import new_key_pair, sign
-    from gpu_runner.result import DeviceResult, LatencyStats
 
     device_class = "h200-vulkan"
     body = {"policies": ["act"], "backends": ["vulkan"], "device_classes": [device_class]}

@@ -24,11 +24,10 @@ from sqlalchemy import create_engine
 from sqlalchemy.orm import sessionmaker
 from test_golden_views import check, get
 
-from coverfarm.cli import farm as cli
-from coverfarm.cli import main
 from coverfarm.settings import Settings
+from coverfarm_cli import farm_api, main
 from dashboard import endpoints
-from orchestrator.app import create_app
+from dashboard.app import create_app
 from orchestrator.migrate import upgrade
 
 BROKER = session_broker(12)
@@ -226,7 +225,7 @@ def test_cli_diffs_stacks_and_prints_the_progress(
     ) -> httpx.Response:
         return client.request(method, url, headers=headers, **kwargs)
 
-    monkeypatch.setattr(cli.httpx, "request", through_app)
+    monkeypatch.setattr(farm_api.httpx, "request", through_app)
     assert main(["sweep", "diff", f"{sweep}:{OLD}", f"{sweep}:{NEW}", "--url", "http://testserver"]) == 0
     assert capsys.readouterr().out == get(
         client, f"/api/sweeps/{sweep}/diff/{sweep}.md?stack_a={OLD}&stack_b={NEW}"

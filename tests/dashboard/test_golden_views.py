@@ -25,7 +25,7 @@ from sqlalchemy.orm import sessionmaker
 from coverfarm import tracker
 from coverfarm.settings import Settings
 from dashboard import endpoints
-from orchestrator.app import create_app
+from dashboard.app import create_app
 from orchestrator.migrate import upgrade
 
 GOLDEN = Path(__file__).resolve().parent / "golden"

@@ -9,9 +9,16 @@ import httpx
 from bundle_engine import make_bundle
 from sqlalchemy.orm import Session, sessionmaker
 
+from coverfarm.device_result import (
+    Board,
+    DeviceResult,
+    EagerBaseline,
+    ExecutorchInfo,
+    LatencyStats,
+    ProbeReport,
+)
 from coverfarm.result import Bundle, Options, ResultDocument, StageResult, StageStatus
 from coverfarm.settings import Settings
-from gpu_runner.result import Board, DeviceResult, EagerBaseline, ExecutorchInfo, LatencyStats, ProbeReport
 from orchestrator.artifacts import repository as artifacts
 from orchestrator.artifacts.store import ArtifactStore
 from orchestrator.jobs import service as jobs
@@ -108,7 +115,7 @@ HOST = "machine-id/board"
 
 def trusted_latency(median_ms: float, cv_spread: float = 0.01) -> dict[str, Any]:
     """Two replicas under the default rules, each within the CV threshold, timed under the host lock."""
-    from gpu_runner.result import Isolation, TimingRules
+    from coverfarm.device_result import Isolation, TimingRules
     from gpu_runner.stats import MIN_REACHED, latency_stats, replica
 
     samples = [median_ms * (1 + cv_spread * k) for k in (-1, 0, 1, 0, 0)]

@@ -14,9 +14,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from coverfarm.baseline import BaselineResult
+from coverfarm.device_result import LatencyStats
 from coverfarm.result import Options
 from coverfarm.settings import Settings
-from gpu_runner.result import LatencyStats
 from orchestrator.devices.grid import device_cells
 from orchestrator.devices.speedups import sweep_speedups
 from orchestrator.models import DeviceBaseline, Job, JobStatus, Runner, RunnerState, Sweep

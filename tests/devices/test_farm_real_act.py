@@ -39,8 +39,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from coverfarm.baseline import BaselineResult
+from coverfarm.device_result import DeviceResult
 from coverfarm.tracker import backend_title
-from gpu_runner.result import DeviceResult
 from orchestrator.devices.grid import device_cells
 from orchestrator.devices.speedups import speedup_of
 from orchestrator.models import Cell, DeviceBaseline, DeviceRun, Sweep

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from coverfarm.queues import make_celery
 from coverfarm.settings import Settings
-from orchestrator.app import create_app
+from dashboard.app import create_app
 from orchestrator.db import make_engine, make_sessionmaker
 from orchestrator.jobs import service as jobs
 from orchestrator.jobs.reconciler import reconcile_once

@@ -12,11 +12,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from coverfarm.baseline import BaselineResult
+from coverfarm.device_result import LatencyStats, RuntimeIdentity
 from coverfarm.result import Options
 from coverfarm.settings import Settings
 from coverfarm.signing import new_key_pair, sign
 from gpu_runner.native_runtime import classify_exit
-from gpu_runner.result import LatencyStats, RuntimeIdentity
 from orchestrator.devices.grid import device_cells
 from orchestrator.models import Sweep
 

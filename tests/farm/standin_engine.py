@@ -73,7 +73,7 @@ def analyze(
     progress: Callable[[str], None] | None = None,
 ) -> ResultDocument:
     seconds = os.environ.get("STANDIN_SECONDS", "0.2")
-    if out_dir.name == "attempt-1":  # worker.tasks names the attempt's folder
+    if out_dir.name == "attempt-1":  # orchestrator.jobs.tasks names the attempt's folder
         seconds = os.environ.get("STANDIN_FIRST_ATTEMPT_SECONDS", seconds)
     deadline = time.monotonic() + float(seconds)
     # Short sleeps, so a SIGKILL lands mid-job; the last one ends at the deadline, so the job takes its

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from farmkit import TOKEN, StartWorker, child_env, coverfarm_command, free_port
 
-from coverfarm.cli import build_parser, main
+from coverfarm_cli import build_parser, main
 from orchestrator.sweeps.schemas import SweepCreate, SweepOptions
 
 

@@ -52,7 +52,8 @@ def test_change_stored_by_another_process_is_streamed_within_a_second(
     other = api.post("/api/sweeps", json={"policies": ["act"], "backends": ["xnnpack"]}).json()
     try:
         with event_stream(server, mine["id"]) as received:
-            # This test process plays the worker: it stores a transition the way worker.tasks does.
+            # This test process plays the worker: it stores a transition the way
+            # orchestrator.jobs.tasks does.
             celery = make_celery(farm_settings)  # the farm's Redis (a start transition sends nothing)
             for sweep in (other, mine):
                 with unit_of_work(farm_sessions, celery) as session:

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from farmkit import TOKEN, StartWorker, stop, sweep_done, wait_for
 
-from coverfarm.cli import main
+from coverfarm_cli import main
 
 # Long enough that a stand-in run cannot pass for a reuse (which finishes within a second).
 RUN_S = 3.0

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from coverfarm.device_result import DeviceResult, TimingRules
 from coverfarm.digest import bundle_digest
 from gpu_runner.bundle_run import run_bundle
-from gpu_runner.result import DeviceResult, TimingRules
 
 HEALTH = Path(__file__).resolve().parents[2] / "orchestrator" / "artifacts" / "health" / "xnnpack"
 QUICK = TimingRules(warmup=0, min_chunks=1, min_s=0.0, replicas=1)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from runnerhelp import ROOT
 
+from coverfarm.device_result import DeviceResult
 from coverfarm.hostlock import HostLock
-from gpu_runner.result import DeviceResult
 from worker.stages.bounded import StageRun, run_bounded
 
 SLEEPY = str(ROOT / "tests" / "worker")
@@ -47,7 +47,7 @@ def run_bundle(
     args = ["runner", "run-bundle", str(bundle), "--out", str(out), "--unsigned", "--warmup", "1",
             "--min-chunks", "5", "--replicas", "2", *extra]  # fmt: skip
     return subprocess.Popen(
-        [sys.executable, "-m", "coverfarm", *args], cwd=ROOT, env=env, text=True,
+        [sys.executable, "-m", "coverfarm_cli", *args], cwd=ROOT, env=env, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
 

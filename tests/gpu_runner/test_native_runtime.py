@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 from runnerhelp import ROOT
 
-from coverfarm.cli import main
+from coverfarm.device_result import DeviceResult, TimingRules
+from coverfarm_cli import main
 from gpu_runner import native_runtime
 from gpu_runner.bundle_run import run_bundle
 from gpu_runner.manifest import TensorSpec, load_manifest
@@ -31,7 +32,6 @@ from gpu_runner.native_runtime import (
     runner_args,
     scan_backends,
 )
-from gpu_runner.result import DeviceResult, TimingRules
 from gpu_runner.runtime import PythonRuntime, RuntimeFailure, registered_backends
 from gpu_runner.runtime_choice import choose_runtime
 
@@ -302,7 +302,7 @@ def test_native_runtime_end_to_end(tiny_bundles: dict[str, Path], tmp_path: Path
     out = tmp_path / "result.json"
     args = ["runner", "run-bundle", str(tiny_bundles["xnnpack"]), "--out", str(out), "--runtime", "native"]
     run = subprocess.run(
-        [sys.executable, "-m", "coverfarm", *args, "--min-chunks", "3", "--min-seconds", "0"],
+        [sys.executable, "-m", "coverfarm_cli", *args, "--min-chunks", "3", "--min-seconds", "0"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from standin_executor_runner import write_standin
 
+from coverfarm.device_result import DeviceResult, TimingRules
 from coverfarm.digest import bundle_digest
 from gpu_runner.bundle_run import run_bundle
 from gpu_runner.native_runtime import (
@@ -24,7 +25,6 @@ from gpu_runner.native_runtime import (
     parse_log,
     shader_cache_state,
 )
-from gpu_runner.result import DeviceResult, TimingRules
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = Path(__file__).resolve().parent / "recorded"

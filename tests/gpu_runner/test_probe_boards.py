@@ -25,8 +25,8 @@ from boards import (
     path_with,
 )
 
+from coverfarm.device_result import Board, ExecutorchInfo, ProbeReport, VulkanDevice
 from gpu_runner.probe import board, describe, device_classes, vulkan_devices
-from gpu_runner.result import Board, ExecutorchInfo, ProbeReport, VulkanDevice
 
 VULKAN_RUNTIME = ExecutorchInfo(version="1.5.1", registered_backends=["VulkanBackend", "XnnpackBackend"])
 NEEDS_MALI_DRIVER = (

@@ -15,8 +15,8 @@ import pytest
 from runnerhelp import ROOT, rehomed
 
 from coverfarm import digest
+from coverfarm.device_result import DeviceResult, TimingRules
 from gpu_runner.bundle_run import run_bundle
-from gpu_runner.result import DeviceResult, TimingRules
 from gpu_runner.runtime import registered_backends
 
 QUICK = TimingRules(warmup=1, min_chunks=5, min_s=0.0, max_s=5.0, replicas=1)
@@ -24,7 +24,7 @@ QUICK = TimingRules(warmup=1, min_chunks=5, min_s=0.0, max_s=5.0, replicas=1)
 
 def coverfarm(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "coverfarm", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "coverfarm_cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
 
 
@@ -147,7 +147,7 @@ def test_runner_never_imports_torch_itself(tiny_bundles: dict[str, Path], tmp_pa
     out = tmp_path / "result.json"
     args = ["runner", "run-bundle", str(tiny_bundles["xnnpack"]), "--out", str(out), "--runtime", "python",
             "--min-chunks", "3", "--min-seconds", "0", "--replicas", "1"]  # fmt: skip
-    report = hooked("coverfarm", *args)
+    report = hooked("coverfarm_cli", *args)
     assert report["code"] == 0 and report["importers"] == []
     result = DeviceResult.model_validate_json(out.read_text())
     assert result.status == "ok", result.error
@@ -158,7 +158,7 @@ def test_runner_never_imports_torch_itself(tiny_bundles: dict[str, Path], tmp_pa
     bundle, rules = str(tiny_bundles["xnnpack"]), QUICK.model_dump_json()
     replica = hooked("gpu_runner.bundle_run", bundle, "--out", str(out), "--rules", rules)
     assert replica["code"] == 0
-    mine = ("gpu_runner", "coverfarm")
+    mine = ("gpu_runner", "coverfarm", "coverfarm_cli")
     ours = [who for who, _ in replica["importers"] if who and who.split(".")[0] in mine]
     assert ours == []
     first = [who for who, loaded in replica["importers"] if not loaded]

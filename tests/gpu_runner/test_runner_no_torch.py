@@ -12,10 +12,10 @@ from runnerhelp import ROOT
 CHECK = """
 import sys
 from pathlib import Path
-import coverfarm.cli
-import coverfarm.cli.runner
-import gpu_runner.bundle_run, gpu_runner.probe, gpu_runner.result, gpu_runner.runtime
-coverfarm.cli.build_parser()
+import coverfarm_cli
+import coverfarm_cli.runner
+import gpu_runner.bundle_run, gpu_runner.probe, coverfarm.device_result, gpu_runner.runtime
+coverfarm_cli.build_parser()
 bundle = Path(sys.argv[1])
 assert gpu_runner.bundle_run.verify(bundle) == bundle.name
 gpu_runner.manifest.load_manifest(bundle)

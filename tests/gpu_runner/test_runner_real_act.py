@@ -13,9 +13,9 @@ import pytest
 from runnerhelp import ROOT
 from small_checkpoints import SMALL_ACT, SMALL_ACT_FEATURES, save_small_checkpoint
 
-from gpu_runner.result import DeviceResult
+from coverfarm.device_result import DeviceResult
 
-COVERFARM = [sys.executable, "-m", "coverfarm"]
+COVERFARM = [sys.executable, "-m", "coverfarm_cli"]
 
 
 @pytest.mark.real_policy

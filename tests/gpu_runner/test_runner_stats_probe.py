@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from coverfarm.cli import main
+from coverfarm.device_result import TimingRules
+from coverfarm_cli import main
 from gpu_runner.probe import gpu_slug, parse_limits, parse_summary, thermal_zones
-from gpu_runner.result import TimingRules
 from gpu_runner.stats import latency_stats
 
 

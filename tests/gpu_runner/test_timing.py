@@ -10,12 +10,12 @@ import pytest
 from standin_runtimes import FlakyOutputRuntime, SlowRuntime
 
 from coverfarm.baseline import BaselineResult, speedup
+from coverfarm.device_result import DeviceResult, Isolation, LatencyStats, TimingRules
 from coverfarm.hostlock import HostLock
 from coverfarm.result import Options
 from gpu_runner.bundle_run import run_bundle
 from gpu_runner.hostload import host_id
 from gpu_runner.replicas import run_replicated
-from gpu_runner.result import DeviceResult, Isolation, LatencyStats, TimingRules
 from gpu_runner.stats import MAX_S_REACHED, MIN_REACHED, combine, latency_stats, replica, timed_loop
 
 # One chunk per sample (min_sample_ms=0): these tests count chunks.

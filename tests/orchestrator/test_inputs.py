@@ -12,8 +12,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from coverfarm.device_result import Board, ExecutorchInfo, ProbeReport
 from coverfarm.settings import Settings
-from gpu_runner.result import Board, ExecutorchInfo, ProbeReport
 from orchestrator.models import EnrolmentToken, Sweep
 
 INTEGER_MAX = 2**31 - 1  # Postgres integer, every id column's type

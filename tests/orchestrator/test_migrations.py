@@ -15,8 +15,8 @@ from farmkit import recreate_database
 from sqlalchemy import create_engine, inspect, text
 
 from coverfarm.settings import Settings
-from orchestrator.db import Base
 from orchestrator.migrate import alembic_config
+from orchestrator.models import Base
 
 TABLES = {"sweeps", "cells", "jobs", "job_attempts", "results", "workers", "events", "alembic_version"}
 TABLES |= {"runners", "enrolment_tokens", "artifacts", "device_runs"}  # 0003

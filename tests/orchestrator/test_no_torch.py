@@ -21,9 +21,10 @@ assert not loaded, loaded[:5]
     ("module", "extra"),
     [
         ("orchestrator.app", "orchestrator.app.create_app()"),
+        ("dashboard.app", "dashboard.app.create_app()"),
         ("coverfarm.queues", ""),
-        ("coverfarm.cli", "coverfarm.cli.build_parser()"),
-        ("worker.tasks", ""),  # the engine is imported by the first job, not by the module
+        ("coverfarm_cli", "coverfarm_cli.build_parser()"),
+        ("orchestrator.jobs.tasks", ""),  # the engine is imported by the first job, not by the module
     ],
 )
 def test_module_does_not_import_torch(module: str, extra: str) -> None:

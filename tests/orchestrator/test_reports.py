@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
+from coverfarm.device_result import Board, DeviceResult, ExecutorchInfo, ProbeReport
 from coverfarm.result import (
     Blocker,
     HeavyMacs,
@@ -25,7 +26,6 @@ from coverfarm.result import (
     TraceInfo,
 )
 from coverfarm.settings import Settings
-from gpu_runner.result import Board, DeviceResult, ExecutorchInfo, ProbeReport
 from gpu_runner.stats import latency_stats
 from orchestrator.db import take_outbox
 from orchestrator.devices import repository as devices

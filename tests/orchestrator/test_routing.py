@@ -15,11 +15,11 @@ from sqlalchemy.orm import Session
 from test_jobs_service import document, sent
 from test_sweeps_api import counts, queued_messages
 
-from coverfarm.cli.farm import waits_for_workers
 from coverfarm.result import HeavyMacs, Ops, Programs, ResultDocument, StageStatus, WeightsInfo
 from coverfarm.routes import MEMORY_CLASSES_GB, lower_queue, memory_class, worker_queues
 from coverfarm.settings import Settings
 from coverfarm.stacks import DEFAULT_STACK
+from coverfarm_cli.farm import waits_for_workers
 from orchestrator.db import take_outbox
 from orchestrator.jobs import service as jobs
 from orchestrator.models import Event, Job, JobAttempt, JobStatus, Result, utcnow

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 from coverfarm.baseline import BaselineResult, speedup
-from coverfarm.cli import main
+from coverfarm.device_result import DeviceResult, TimingRules
 from coverfarm.result import Options
-from gpu_runner.result import DeviceResult, TimingRules
+from coverfarm_cli import main
 from gpu_runner.stats import latency_stats
 from worker.baseline import measure_baseline
 
 ROOT = Path(__file__).resolve().parents[2]
-COVERFARM = [sys.executable, "-m", "coverfarm"]
+COVERFARM = [sys.executable, "-m", "coverfarm_cli"]
 
 
 @pytest.mark.parametrize(

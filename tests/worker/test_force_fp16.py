@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from coverfarm.cli import main
 from coverfarm.result import FP16_TOLERANCE, Options, ResultDocument, StageResult, StageStatus
+from coverfarm_cli import main
 from worker.bundle import write_bundle
 from worker.stages.events import EventLog, read_events
 from worker.stages.trace import write_trace

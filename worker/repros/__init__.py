@@ -1,1 +1,2 @@
-"""Minimal standalone repros of blocker groups: described from a node, written as a script, verified."""
+"""Minimal standalone repros of blocker groups: written as a script from a node's description
+(``worker.metrics.example``), verified."""

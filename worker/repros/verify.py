@@ -18,7 +18,7 @@ from pathlib import Path
 
 from coverfarm.hostlock import host_lock
 from coverfarm.result import Repro
-from worker.backends import canonical_reason
+from worker.backends import LEFT_OUT, canonical_reason
 from worker.repros.script import VERDICT_PREFIX
 from worker.stages.bounded import run_bounded
 from worker.versions import versions
@@ -147,8 +147,6 @@ def judge(text: str, outcome: Outcome, expected_reason: str) -> Repro:
     A node the check accepts but no partition took (``LEFT_OUT``) is ready when the repro's check
     accepts it too and the op still stays on the CPU.
     """
-    from worker.stages.observe import LEFT_OUT
-
     seen = canonical_reason(outcome.reason) if outcome.reason is not None else None
     if outcome.error is None and outcome.delegated is False:
         reproduced = seen == expected_reason or (seen is None and expected_reason == LEFT_OUT)

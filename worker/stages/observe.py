@@ -18,15 +18,14 @@ from executorch.exir.backend.partitioner import Partitioner, PartitionResult
 from torch.export import ExportedProgram
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from worker.backends import Backend, Reasons, capability_reasons, xnnpack_reasons
+from worker.backends import LEFT_OUT, Backend, Reasons, capability_reasons, xnnpack_reasons
+from worker.metrics.example import describe
 from worker.metrics.graph import counted_nodes, op_name
 from worker.metrics.groups import connected_groups
 from worker.metrics.macs import node_macs
-from worker.repros.example import describe
 from worker.stages.events import EventLog
 from worker.whatif import programs_if_supported
 
-LEFT_OUT = "accepted by the support check, but in no partition"
 WHATIF_BUDGET_S = 120.0  # per program: past it, groups get no what-if count
 
 

@@ -1,14 +1,18 @@
-"""The CPU worker's Celery tasks: ``coverfarm worker`` (or ``celery -A worker.tasks worker -Q <queues>``
-with the queues of its stack and memory classes, ``coverfarm.routes.worker_queues``).
+"""The CPU worker's Celery task, the jobs domain's side of a lower job: ``coverfarm worker`` (or
+``celery -A orchestrator.jobs.tasks worker -Q <queues>`` with the queues of its stack and memory classes,
+``coverfarm.routes.worker_queues``). The task's name is ``coverfarm.queues.LOWER_TASK``, not its module's.
 
 A worker is of one stack (``COVERFARM_STACK``, else the detected one) and gives each job its share of
 memory (``COVERFARM_WORKER_MEMORY_GB``, else MemTotal; ``coverfarm worker`` sets the share): it registers
 both with its package versions, and runs no job of another stack or one that needs more memory.
 
 The task body imports no torch; the engine (``settings.engine``, by default ``worker.engine:analyze``)
-is imported on the first job a process runs. Results and job transitions go straight to the database
-(CPU workers are trusted, inside the farm), each in its own transaction; tasks a transaction creates
-(the slow re-run) are sent only after it commits.
+is a plugin, imported by that name on the first job a process runs. Of the worker package it imports
+only the torch-free host facts a worker registers and keys reuse with: ``worker.memory`` (this worker's
+memory), ``worker.versions`` (its package versions) and ``worker.reuse`` (the reuse key, from the
+engine module's ``reuse_fields``). Results and job transitions go straight to the database (CPU workers
+are trusted, inside the farm), each in its own transaction; tasks a transaction creates (the slow
+re-run) are sent only after it commits.
 """
 
 from __future__ import annotations

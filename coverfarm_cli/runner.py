@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from coverfarm.cli import offline, runner_farm
-from coverfarm.cli.timing_options import add_timing_options, timing_rules
 from coverfarm.errors import UserError
+from coverfarm_cli import offline, runner_farm
+from gpu_runner.timing_options import add_timing_options, timing_rules
+
+if TYPE_CHECKING:
+    from coverfarm.device_result import DeviceResult
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -121,7 +126,6 @@ def run_bundle(args: argparse.Namespace) -> int:
 
     from coverfarm.hostlock import HostLock
     from gpu_runner.replicas import run_replicated
-    from gpu_runner.result import DeviceResult
 
     def measure(bundle: Path, sha256: str | None) -> DeviceResult:
         return run_replicated(
@@ -141,7 +145,7 @@ def run_bundle(args: argparse.Namespace) -> int:
     if bundle_set is not None:
         if args.sha256:
             raise UserError("--sha256 names one bundle; a bundle set names its own")
-        return offline.run_bundle_set(args, bundle_set, measure)
+        return run_bundle_set(args, bundle_set, measure)
     result = measure(args.bundle, args.sha256)
     args.out.write_text(runner_farm.result_json(result.model_dump(mode="json"), args))
     print(json.dumps(_summary(result.model_dump(mode="json")), indent=2))
@@ -167,3 +171,28 @@ def _summary(doc: dict[str, Any]) -> dict[str, Any]:
         "load_ms": latency.get("load_ms"),
         "libtorch_mapped": doc["libtorch_mapped"],
     }
+
+
+def run_bundle_set(
+    args: argparse.Namespace, bundle_set: offline.BundleSet, measure: Callable[[Path, str], DeviceResult]
+) -> int:
+    """Run every bundle of a set with ``measure`` (the bundle's directory and sha256 to its result),
+    writing one signed result per bundle into ``--out`` (a directory)."""
+    from gpu_runner.config import load_if_present
+
+    config = None if args.unsigned else load_if_present(runner_farm.config_path(args))
+    if config is not None and bundle_set.device_class not in config.device_classes:
+        raise UserError(
+            f"the bundles are for {bundle_set.device_class}, which runner {config.runner_id} "
+            f"({runner_farm.config_path(args)}) is not enrolled for ({', '.join(config.device_classes)})"
+        )
+    args.out.mkdir(parents=True, exist_ok=True)
+    for entry in bundle_set.bundles:
+        result = measure(args.bundle / entry.bundle_sha256, entry.bundle_sha256)
+        document = result.model_dump(mode="json")
+        (args.out / f"{entry.bundle_sha256}.json").write_text(runner_farm.result_json(document, args))
+        latency = f"{result.latency.median_ms:.2f} ms" if result.latency else "-"
+        why = f": {result.failure.cause}" if result.failure else ""
+        print(f"{entry.policy} {result.device_class} {result.status} {latency}{why}", file=sys.stderr)
+    print(f"{len(bundle_set.bundles)} results in {args.out}")
+    return 0

@@ -1,6 +1,7 @@
 """The device runner's documents: the probe of a host and the result of running one bundle on it.
 
-Pydantic only (no torch, no ExecuTorch), so the orchestrator can read what a runner reports.
+The wire types between a device runner (``gpu_runner``, which writes them) and the orchestrator (which
+reads and stores them), so they live in the contract package. Pydantic only (no torch, no ExecuTorch).
 Errors are measured in float64 over the whole output; ``sqnr_db`` is ``None`` when the output is
 identical to the reference (no noise at all).
 """

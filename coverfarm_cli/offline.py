@@ -16,16 +16,12 @@ import argparse
 import json
 import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
 from coverfarm.errors import UserError
-
-if TYPE_CHECKING:
-    from gpu_runner.result import DeviceResult
 
 SET_FILE = "bundles.json"
 SET_FORMAT = 1
@@ -85,8 +81,8 @@ def add_runner_command(commands: argparse._SubParsersAction, default_url: str) -
 
 
 def run_enrol_offline(args: argparse.Namespace) -> int:
-    from coverfarm.cli.farm import _request, _token
     from coverfarm.signing import new_key_pair
+    from coverfarm_cli.farm_api import _request, _token
     from gpu_runner.config import RunnerConfig, save
 
     classes = [name.strip() for name in args.classes.split(",") if name.strip()]
@@ -121,9 +117,9 @@ def run_enrol_offline(args: argparse.Namespace) -> int:
 
 
 def run_sweep_bundles(args: argparse.Namespace) -> int:
-    from coverfarm.cli.farm import _request, _token
+    from coverfarm.bundle_archive import unpack
     from coverfarm.digest import bundle_digest
-    from orchestrator.artifacts.store import unpack
+    from coverfarm_cli.farm_api import _request, _token
 
     url, token = args.url.rstrip("/"), _token(args)
     listed = _request(
@@ -168,32 +164,6 @@ def _download(url: str, token: str, sha256: str, folder: Path, unpack: Any) -> N
             raise UserError(f"cannot fetch bundle {sha256} from {url}: {error}") from None
         archive.flush()
         unpack(Path(archive.name), folder)
-
-
-def run_bundle_set(
-    args: argparse.Namespace, bundle_set: BundleSet, measure: Callable[[Path, str], DeviceResult]
-) -> int:
-    """Run every bundle of a set with ``measure`` (the bundle's directory and sha256 to its result),
-    writing one signed result per bundle into ``--out`` (a directory)."""
-    from coverfarm.cli.runner_farm import config_path, result_json
-    from gpu_runner.config import load_if_present
-
-    config = None if args.unsigned else load_if_present(config_path(args))
-    if config is not None and bundle_set.device_class not in config.device_classes:
-        raise UserError(
-            f"the bundles are for {bundle_set.device_class}, which runner {config.runner_id} "
-            f"({config_path(args)}) is not enrolled for ({', '.join(config.device_classes)})"
-        )
-    args.out.mkdir(parents=True, exist_ok=True)
-    for entry in bundle_set.bundles:
-        result = measure(args.bundle / entry.bundle_sha256, entry.bundle_sha256)
-        document = result.model_dump(mode="json")
-        (args.out / f"{entry.bundle_sha256}.json").write_text(result_json(document, args))
-        latency = f"{result.latency.median_ms:.2f} ms" if result.latency else "-"
-        why = f": {result.failure.cause}" if result.failure else ""
-        print(f"{entry.policy} {result.device_class} {result.status} {latency}{why}", file=sys.stderr)
-    print(f"{len(bundle_set.bundles)} results in {args.out}")
-    return 0
 
 
 def read_results(folder: Path) -> list[dict[str, Any]]:

@@ -17,16 +17,14 @@ import threading
 import time
 from typing import Any
 
-import httpx
-
 from coverfarm import tracker
-from coverfarm.cli import offline
-from coverfarm.cli.follow import follow
 from coverfarm.errors import UserError
 from coverfarm.processes import exit_on_signals, start_child, stop_group
 from coverfarm.settings import Settings, get_settings
+from coverfarm_cli import offline
+from coverfarm_cli.farm_api import DEFAULT_URL, _request, _token
+from coverfarm_cli.follow import follow
 
-DEFAULT_URL = "http://127.0.0.1:8000"
 DONE_STATES = ("done", "cancelled")
 
 
@@ -139,7 +137,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from orchestrator.app import create_app
+    from dashboard.app import create_app
 
     settings = _prepare(get_settings())
     settings.ensure_admin_token()
@@ -165,7 +163,7 @@ def run_up(args: argparse.Namespace) -> int:
 def _up(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from orchestrator.app import create_app
+    from dashboard.app import create_app
 
     settings = _prepare(get_settings())
     token = settings.ensure_admin_token()
@@ -175,7 +173,7 @@ def _up(args: argparse.Namespace) -> int:
     serving.start()
     # Its own process group, stopped as a whole below (and by the kernel should this process be killed).
     worker = start_child(
-        [sys.executable, "-c", "import sys; from coverfarm.cli import main; sys.exit(main())", "worker"]
+        [sys.executable, "-c", "import sys; from coverfarm_cli import main; sys.exit(main())", "worker"]
     )
     runner: subprocess.Popen[bytes] | None = None
     try:
@@ -185,7 +183,7 @@ def _up(args: argparse.Namespace) -> int:
             time.sleep(0.1)
         url = f"http://{host}:{port}"
         print(f"coverfarm: serving {url}", file=sys.stderr)
-        from coverfarm.cli.runner_farm import start_local_runner
+        from coverfarm_cli.runner_farm import start_local_runner
 
         runner, classes = start_local_runner(url, token, settings)
         submit = argparse.Namespace(
@@ -235,7 +233,7 @@ def run_worker(args: argparse.Namespace) -> int:
         f"{per_job_gb:.1f} GB each, on {queues}",
         file=sys.stderr,
     )
-    from worker.tasks import app
+    from orchestrator.jobs.tasks import app
 
     app.worker_main(
         [
@@ -267,38 +265,6 @@ def _prepare(settings: Settings) -> Settings:
     # Alembic is idempotent at head; the embedded default has nobody else to run it.
     upgrade(settings)
     return settings
-
-
-def _token(args: argparse.Namespace) -> str:
-    token = args.token or get_settings().read_admin_token()
-    if not token:
-        raise UserError(
-            "no admin token: pass --token, set COVERFARM_ADMIN_TOKEN, or run `coverfarm serve` here"
-        )
-    return str(token)
-
-
-def _request(method: str, url: str, token: str | None = None, **kwargs: Any) -> httpx.Response:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    try:
-        response = httpx.request(method, url, headers=headers, timeout=30, **kwargs)
-    except httpx.TransportError as error:
-        raise UserError(f"cannot reach the orchestrator at {url}: {error}") from None
-    if response.is_error:
-        raise UserError(f"{method} {url}: {response.status_code} {_detail(response)}")
-    return response
-
-
-def _detail(response: httpx.Response) -> str:
-    try:
-        detail = response.json().get("detail")
-    except (ValueError, AttributeError):
-        return response.text.strip()
-    if isinstance(detail, list):
-        return "; ".join(
-            f"{'.'.join(map(str, error.get('loc', [])[1:]))}: {error.get('msg')}" for error in detail
-        )
-    return str(detail)
 
 
 def _names(value: str) -> list[str]:

@@ -17,15 +17,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from coverfarm.cli import offline
-from coverfarm.cli.farm import DEFAULT_URL, _request, _token
-from coverfarm.cli.timing_options import add_timing_options, timing_rules
 from coverfarm.errors import UserError
 from coverfarm.processes import start_child
 from coverfarm.result import error_line
 from coverfarm.settings import Settings, get_settings
+from coverfarm_cli import offline
+from coverfarm_cli.farm_api import DEFAULT_URL, _request, _token
+from gpu_runner.timing_options import add_timing_options, timing_rules
 
-CLI = "import sys; from coverfarm.cli import main; sys.exit(main())"
+CLI = "import sys; from coverfarm_cli import main; sys.exit(main())"
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -76,10 +76,10 @@ def config_path(args: argparse.Namespace) -> Path:
 
 
 def run_register(args: argparse.Namespace) -> int:
+    from coverfarm.device_result import EagerBaseline
     from coverfarm.signing import new_key_pair
     from gpu_runner.config import RunnerConfig, save
     from gpu_runner.probe import probe
-    from gpu_runner.result import EagerBaseline
 
     report = probe()
     if args.no_baseline and report.baseline is not None:

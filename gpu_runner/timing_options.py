@@ -1,4 +1,5 @@
-"""The timing options shared by ``runner run-bundle``, ``runner start`` and ``baseline``.
+"""The timing options shared by ``runner run-bundle``, ``runner start`` and ``baseline``: the command
+parses them, and the runner's agent writes them back (``as_arguments``) for each child it starts.
 
 Each overrides one of the farm's timing rules (``COVERFARM_TIMING__<FIELD>``, ``coverfarm.settings``);
 the thresholds that judge a measurement (CV, replica agreement) are settings only, so that a cell's
@@ -12,9 +13,9 @@ import argparse
 
 from pydantic import ValidationError
 
+from coverfarm.device_result import TimingRules
 from coverfarm.errors import UserError
 from coverfarm.settings import Settings
-from gpu_runner.result import TimingRules
 
 # option -> (TimingRules field, type, what it is)
 OPTIONS = {

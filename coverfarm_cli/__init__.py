@@ -1,4 +1,8 @@
-"""The ``coverfarm`` command: one sub-command module per job, registered here."""
+"""The ``coverfarm`` command: one sub-command module per job, registered here.
+
+What it may import: every other package (``coverfarm``, ``worker``, ``gpu_runner``, ``orchestrator``,
+``dashboard``); none imports it (tests/test_import_borders.py). ``python -m coverfarm_cli`` runs it.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +10,17 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from coverfarm.cli import analyze, baseline, farm, results, runner, tokens
 from coverfarm.errors import UserError
 from coverfarm.processes import die_with_parent
+from coverfarm_cli import analyze, baseline, farm, results, runner, tokens
 
+DESCRIPTION = "The ``coverfarm`` command: one sub-command module per job, registered here."
 # Each module adds its sub-commands and sets ``func`` (returning the exit code) on their parsers.
 COMMAND_MODULES = [analyze, baseline, farm, runner, tokens, results]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="coverfarm", description=__doc__)
+    parser = argparse.ArgumentParser(prog="coverfarm", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMAND_MODULES:
         module.register(sub)

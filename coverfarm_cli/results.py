@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from coverfarm.cli import offline
-from coverfarm.cli.farm import DEFAULT_URL, _request, _token
 from coverfarm.errors import UserError
+from coverfarm_cli import offline
+from coverfarm_cli.farm_api import DEFAULT_URL, _request, _token
 
 
 def register(sub: argparse._SubParsersAction) -> None:

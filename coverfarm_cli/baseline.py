@@ -9,10 +9,10 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from coverfarm import catalog
-from coverfarm.cli.runner_farm import add_signing_options
-from coverfarm.cli.timing_options import add_timing_options, timing_rules
 from coverfarm.errors import UserError
 from coverfarm.result import Options
+from coverfarm_cli.runner_farm import add_signing_options
+from gpu_runner.timing_options import add_timing_options, timing_rules
 
 MAX_FRAMES = 16
 
@@ -72,8 +72,8 @@ def run(args: argparse.Namespace) -> int:
         first = error.errors()[0]
         raise UserError(f"--{first['loc'][0]}: {first['msg']}") from None
 
-    from coverfarm.cli.runner_farm import enrolled_runner_id
     from coverfarm.hostlock import HostLock
+    from coverfarm_cli.runner_farm import enrolled_runner_id
     from worker.baseline import measure_baseline  # the measuring itself runs in child processes
 
     result = measure_baseline(
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         runner_id=args.runner_id if args.runner_id is not None else enrolled_runner_id(args),
     )
     if args.out is not None:
-        from coverfarm.cli.runner_farm import result_json
+        from coverfarm_cli.runner_farm import result_json
 
         args.out.write_text(result_json(result.model_dump(mode="json"), args) + "\n")
     if args.json:

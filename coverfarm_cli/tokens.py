@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from coverfarm.cli.farm import DEFAULT_URL, _request, _token
 from coverfarm.errors import UserError
+from coverfarm_cli.farm_api import DEFAULT_URL, _request, _token
 
 
 def register(sub: argparse._SubParsersAction) -> None:

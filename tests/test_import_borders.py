@@ -1,0 +1,261 @@
+"""The borders between the repository's packages: one layer order, no arrow back up, no import loop.
+
+The graph is read from the source with ``ast``: every ``import`` and ``from ... import`` anywhere in a
+module (at module level, in functions, under ``if TYPE_CHECKING:``: a typing-only import still ties
+the two modules together for a reader and for mypy), with relative imports resolved. An engine loaded
+by its configured name (``importlib.import_module(settings.engine)``) is a plugin, not an arrow.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# What each top-level package may import of the others (besides itself): a package, or single modules
+# of one. Each package's __init__.py docstring says the same in words; docs/map.md shows the table.
+# Bottom to top: the contract; gpu_runner; worker (its eager baseline is timed and probed as a runner
+# times and probes); orchestrator (its CPU worker task registers a worker with the torch-free host facts
+# of worker.memory and worker.versions, and keys reuse with worker.reuse; the engine itself is a plugin
+# named by settings.engine, no import); dashboard (pages over the orchestrator's services, and the app
+# that serves both); the command on top.
+ALLOWED: dict[str, frozenset[str]] = {
+    "coverfarm": frozenset(),
+    "gpu_runner": frozenset({"coverfarm"}),
+    "worker": frozenset({"coverfarm", "gpu_runner"}),
+    "orchestrator": frozenset({"coverfarm", "worker.memory", "worker.versions", "worker.reuse"}),
+    "dashboard": frozenset({"coverfarm", "orchestrator"}),
+    "coverfarm_cli": frozenset({"coverfarm", "gpu_runner", "worker", "orchestrator", "dashboard"}),
+}
+PACKAGES = tuple(ALLOWED)
+# Third-party imports a package must never make (outside the repository's packages).
+FORBIDDEN_EXTERNAL: dict[str, frozenset[str]] = {
+    "coverfarm": frozenset({"torch"}),
+    "gpu_runner": frozenset({"torch"}),
+    "orchestrator": frozenset({"torch"}),
+}
+# Loops between sibling subpackages that are known and not yet broken: the orchestrator's domains call
+# each other's services. The list may only shrink (a loop that is gone must leave it).
+KNOWN_SIBLING_LOOPS: frozenset[frozenset[str]] = frozenset(
+    {frozenset({"orchestrator.devices", "orchestrator.jobs", "orchestrator.reports", "orchestrator.sweeps"})}
+)
+
+
+def allows(source: str, target: str) -> bool:
+    """Whether module ``source`` may import module ``target`` by the layer table: a module a rule names,
+    one inside it, or a package around it (importing ``worker.reuse`` runs ``worker/__init__.py``)."""
+    if top(target) == top(source):
+        return True
+    return any(
+        target == rule or target.startswith(rule + ".") or rule.startswith(target + ".")
+        for rule in ALLOWED[top(source)]
+    )
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def source_modules() -> dict[str, Path]:
+    modules: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            modules[module_name(path)] = path
+    return modules
+
+
+def imported_names(path: Path, name: str) -> Iterator[tuple[str, int]]:
+    """Every module name ``path`` imports (``from a import b`` yields ``a`` and ``a.b``), with its line."""
+    is_package = path.name == "__init__.py"
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".")
+                drop = node.level - 1 if is_package else node.level
+                base = base[: len(base) - drop] if drop else base
+                stem = ".".join([*base, node.module] if node.module else base)
+            else:
+                stem = node.module or ""
+            yield stem, node.lineno
+            for alias in node.names:
+                if alias.name != "*":
+                    yield f"{stem}.{alias.name}", node.lineno
+
+
+def resolve(target: str, modules: dict[str, Path]) -> str | None:
+    """The repository module ``target`` names: itself, or the nearest enclosing package or module."""
+    parts = target.split(".")
+    while parts:
+        candidate = ".".join(parts)
+        if candidate in modules:
+            return candidate
+        parts.pop()
+    return None
+
+
+def build_graph() -> tuple[dict[str, Path], dict[str, dict[str, int]], dict[str, dict[str, int]]]:
+    """The modules, their arrows to repository modules and to outside top-level names (with a line)."""
+    modules = source_modules()
+    edges: dict[str, dict[str, int]] = defaultdict(dict)
+    external: dict[str, dict[str, int]] = defaultdict(dict)
+    for name, path in modules.items():
+        for target, line in imported_names(path, name):
+            resolved = resolve(target, modules)
+            if resolved is None:
+                if target.split(".")[0] not in PACKAGES:
+                    external[name].setdefault(target.split(".")[0], line)
+            elif resolved != name:
+                edges[name].setdefault(resolved, line)
+    # ``import a.b.c`` runs a/__init__ and a/b/__init__ too, but those arrows are the package's own.
+    return modules, edges, external
+
+
+def top(name: str) -> str:
+    return name.split(".")[0]
+
+
+def arrow(modules: dict[str, Path], source: str, target: str, line: int) -> str:
+    return f"{modules[source].relative_to(ROOT)}:{line}: {source} -> {target}"
+
+
+def test_every_package_is_known() -> None:
+    packages = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
+    assert packages <= set(PACKAGES), f"packages without a layer rule: {sorted(packages - set(PACKAGES))}"
+
+
+def test_packages_import_only_what_their_layer_allows() -> None:
+    modules, edges, external = build_graph()
+    wrong = []
+    for source, targets in sorted(edges.items()):
+        for target, line in sorted(targets.items()):
+            if not allows(source, target):
+                wrong.append(arrow(modules, source, target, line))
+    for source, names in sorted(external.items()):
+        for name, line in sorted(names.items()):
+            if name in FORBIDDEN_EXTERNAL.get(top(source), frozenset()):
+                wrong.append(arrow(modules, source, name, line))
+    assert not wrong, "imports across a border their layer forbids:\n" + "\n".join(wrong)
+
+
+def test_the_layer_table_has_no_loop() -> None:
+    # A package that may import another must not be importable by it, directly or through others.
+    def reaches(start: str) -> set[str]:
+        seen: set[str] = set()
+        todo = [start]
+        while todo:
+            for nxt in {top(rule) for rule in ALLOWED[todo.pop()]}:
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    loops = [package for package in PACKAGES if package in reaches(package)]
+    assert not loops, f"the layer table loops through {loops}"
+    assert not any("coverfarm_cli" in {top(rule) for rule in rules} for rules in ALLOWED.values())
+
+
+def strongly_connected(nodes: list[str], edges: dict[str, dict[str, int]]) -> list[list[str]]:
+    """Tarjan's components, iteratively (the module graph is deep enough to hit the recursion limit)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    components: list[list[str]] = []
+    counter = 0
+    for root in nodes:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges.get(root, {}))))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges.get(child, {})))))
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    components.append(sorted(component))
+    return components
+
+
+def test_no_import_loop_between_modules() -> None:
+    modules, edges, _ = build_graph()
+    # A package's __init__ imported by its own submodule is no loop of their making: importing
+    # ``a.b`` runs ``a`` first anyway. Only a submodule's arrow up to its own package is left out.
+    own = {
+        source: {t: line for t, line in targets.items() if not source.startswith(t + ".")}
+        for source, targets in edges.items()
+    }
+    loops = [c for c in strongly_connected(sorted(modules), own) if len(c) > 1]
+    lines = []
+    for component in loops:
+        members = set(component)
+        lines.append("loop: " + ", ".join(component))
+        for source in component:
+            for target, line in sorted(own.get(source, {}).items()):
+                if target in members:
+                    lines.append("  " + arrow(modules, source, target, line))
+    assert not loops, "import loops between modules:\n" + "\n".join(lines)
+
+
+def sibling_edges(edges: dict[str, dict[str, int]]) -> dict[str, dict[str, str]]:
+    """The module arrows lifted to siblings: ``a.x.m -> a.y.n`` is an arrow ``a.x -> a.y`` (the two
+    children of their nearest common package), each with one module arrow that makes it."""
+    lifted: dict[str, dict[str, str]] = defaultdict(dict)
+    for source, targets in edges.items():
+        for target in targets:
+            if source.startswith(target + ".") or target.startswith(source + "."):
+                continue  # a module and its own package
+            s, t = source.split("."), target.split(".")
+            common = 0
+            while common < min(len(s), len(t)) and s[common] == t[common]:
+                common += 1
+            lifted[".".join(s[: common + 1])].setdefault(".".join(t[: common + 1]), f"{source} -> {target}")
+    return lifted
+
+
+def test_no_import_loop_between_sibling_packages() -> None:
+    # worker.stages -> worker.repros -> worker.stages is a loop even when no two modules form one.
+    _, edges, _ = build_graph()
+    lifted = sibling_edges(edges)
+    nodes = sorted(set(lifted) | {t for targets in lifted.values() for t in targets})
+    loops = {frozenset(c) for c in strongly_connected(nodes, lifted) if len(c) > 1}
+    lines = []
+    for component in sorted(loops - KNOWN_SIBLING_LOOPS, key=sorted):
+        lines.append("loop: " + ", ".join(sorted(component)))
+        for source in sorted(component):
+            for target, why in sorted(lifted.get(source, {}).items()):
+                if target in component:
+                    lines.append(f"  {source} -> {target} (as {why})")
+    assert not lines, "import loops between packages or modules of one package:\n" + "\n".join(lines)
+    gone = [sorted(loop) for loop in KNOWN_SIBLING_LOOPS - loops]
+    assert not gone, f"no longer loops, take them off KNOWN_SIBLING_LOOPS: {gone}"
