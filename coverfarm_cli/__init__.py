@@ -14,7 +14,10 @@ from coverfarm.errors import UserError
 from coverfarm.processes import die_with_parent
 from coverfarm_cli import analyze, baseline, farm, results, runner, tokens
 
-DESCRIPTION = "The ``coverfarm`` command: one sub-command module per job, registered here."
+DESCRIPTION = (
+    "How much of each LeRobot policy each ExecuTorch backend takes, and how it runs on devices: analyze one "
+    "cell here, or run the farm (serve, worker, up, sweep), its device runners, baselines and results."
+)
 # Each module adds its sub-commands and sets ``func`` (returning the exit code) on their parsers.
 COMMAND_MODULES = [analyze, baseline, farm, runner, tokens, results]
 
