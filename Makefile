@@ -71,6 +71,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/partitioner.py
 	$(BIN)/python benchmarks/farm_api.py
 	$(BIN)/python benchmarks/farm_overhead.py
+	$(BIN)/python benchmarks/farm_rerun.py
 	$(BIN)/python benchmarks/dashboard_page.py
 	$(BIN)/python benchmarks/runner_latency.py
 

@@ -1,0 +1,117 @@
+"""Measure the rerun of an unchanged sweep: `make run`'s 12 cells (6 policies x 2 backends, no device
+classes) submitted again to a farm that holds a result for each of them, through one real CPU worker
+with the real engine (``worker.engine:analyze``).
+
+What a first run of the sweep stores is what the rerun needs: each cell's result under its reuse key
+(``worker.reuse``: trace key, backend, options, weights resolution, versions, the engine's code digest).
+Lowering those 12 cells for real takes about an hour on 2 cores, so the first run's results are stored
+here through the jobs service, as a worker stores them, each under the key the real engine gives its
+cell on this machine (computed here with the worker's own memory setting), with stand-in numbers. The
+rerun is then the farm as it is: the POST, the broker, the real worker taking each job, computing its
+cell's key and finding the stored result. It prints the rerun's wall time from the POST to the last
+job's finish (the database's stamps; the target is under 10 s), how many cells were reused, the median
+start-to-finish of a job, and the machine's load.
+
+    python benchmarks/farm_rerun.py [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import psycopg
+import redis
+from farmbench import TOKEN, Farm, document, load
+
+POLICIES = ["act", "gaussian_actor", "vqbet", "multi_task_dit", "tdmpc", "diffusion"]  # `coverfarm up`'s
+BACKENDS = ["vulkan", "xnnpack"]
+MEMORY_GB = "24"  # the worker's memory per job, set alike for the worker and the keys computed here
+
+
+def submit(api: httpx.Client) -> tuple[int, float]:
+    posted = time.time()
+    response = api.post("/api/sweeps", json={"policies": POLICIES, "backends": BACKENDS})
+    response.raise_for_status()
+    return int(response.json()["id"]), posted
+
+
+def seed(farm: Farm, sweep_id: int) -> None:
+    """Store a result under the real engine's reuse key for each of the sweep's cells, as the worker
+    that lowered it would (start, then finish with the key), and take their messages off the broker."""
+    os.environ["COVERFARM_WORKER_MEMORY_GB"] = MEMORY_GB
+    from coverfarm.result import Options
+    from orchestrator.jobs import service as jobs
+    from orchestrator.models import Cell
+    from worker.reuse import engine_fields, reuse_key
+
+    fields = engine_fields("worker.engine:analyze")
+    assert fields is not None, "the real engine names no reuse fields"
+    with farm.sessions() as session:
+        cells = session.query(Cell).filter(Cell.sweep_id == sweep_id).order_by(Cell.id).all()
+        for cell in cells:
+            options = Options.model_validate(cell.options)
+            key = reuse_key(fields, cell.policy, cell.backend, options)
+            started = jobs.start(session, cell.jobs[0].id, "seed@benchmark", farm.settings)
+            assert started is not None
+            jobs.finish(session, started.job_id, started.attempt, document(cell.policy, cell.backend),
+                        farm.settings, reuse_key=key)  # fmt: skip
+        session.commit()
+    redis.Redis(port=farm.redis_port).flushall()
+
+
+def rerun(farm: Farm, api: httpx.Client) -> tuple[float, int, float]:
+    """(wall s from the POST to the last finish, cells reused, median job start-to-finish s)."""
+    sweep_id, posted = submit(api)
+    deadline = time.monotonic() + 600
+    while (summary := api.get(f"/api/sweeps/{sweep_id}/summary").json())["state"] != "done":
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"sweep {sweep_id} did not finish: {summary['counts']}")
+        time.sleep(0.1)
+    with psycopg.connect(farm.env["COVERFARM_DATABASE_URL"]) as conn:
+        rows = conn.execute(
+            "SELECT j.started_at, j.finished_at, j.status_reason FROM jobs j JOIN cells c ON c.id = j.cell_id"
+            " WHERE c.sweep_id = %s",
+            (sweep_id,),
+        ).fetchall()
+    wall = max(finished for _, finished, _ in rows).timestamp() - posted
+    reused = sum(1 for _, _, reason in rows if reason and "reused the result of job" in reason)
+    inside = statistics.median((finished - started).total_seconds() for started, finished, _ in rows)
+    return wall, reused, inside
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3, help="reruns of the stored sweep")
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="coverfarm-rerun-"))
+    farm = Farm(folder, "rerun", {"COVERFARM_ENGINE": "worker.engine:analyze",
+                                  "COVERFARM_WORKER_MEMORY_GB": MEMORY_GB})  # fmt: skip
+    try:
+        farm.serve()
+        with httpx.Client(base_url=farm.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as api:
+            first, _ = submit(api)
+            seed(farm, first)
+            cells = len(POLICIES) * len(BACKENDS)
+            print(f"stored: {cells} results of sweep {first} under the real engine's keys")
+            farm.workers(["real"])
+            print(f"one real-engine worker ready; {load()}")
+            for run in range(1, args.runs + 1):
+                wall, reused, inside = rerun(farm, api)
+                print(
+                    f"rerun {run}: {wall:.2f} s for {cells} cells (target < 10 s), {reused} of {cells} "
+                    f"reused, median job start to finish {1000 * inside:.0f} ms; {load()}"
+                )
+    finally:
+        farm.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
