@@ -155,7 +155,10 @@ class Farm:
         return done.stdout
 
     def _coverfarm(self, *args: str, log: str, **extra: str) -> subprocess.Popen[bytes]:
-        command = [sys.executable, "-c", "import sys; from coverfarm_cli import main; sys.exit(main())"]
+        # The command's package where the checkout has it (a checkout from before it had its own
+        # package keeps it in coverfarm.cli).
+        package = "coverfarm_cli" if (self.root / "coverfarm_cli").is_dir() else "coverfarm.cli"
+        command = [sys.executable, "-c", f"import sys; from {package} import main; sys.exit(main())"]
         return self._spawn([*command, *args], log, **extra)
 
     def serve(self) -> str:
