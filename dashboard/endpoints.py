@@ -118,7 +118,7 @@ def _grid(session: SessionDep, sweep: SweepSummary, cells: list[Cell], chosen: l
     several."""
     online = workers.live(session)
     public = [service.cell_view(cell, online) for cell in cells]
-    cell_views_ = cell_views.views_of(session, cells, sweep.device_classes)
+    cell_views_ = cell_views.views_of(session, cells, sweep.device_classes, online)
     stacks = cell_views.release_order(list(sweep.stacks), cells, cell_views_)
     return views.grid(sweep.backends, public, cell_views_, stacks, chosen or list(sweep.stacks)[:1])
 

@@ -54,11 +54,14 @@ def sweep_views(session: Session, sweep: Sweep) -> dict[int, CellView]:
     return views_of(session, sweep.cells, sweep.device_classes)
 
 
-def views_of(session: Session, cells: Sequence[Cell], device_classes: Sequence[str]) -> dict[int, CellView]:
+def views_of(
+    session: Session, cells: Sequence[Cell], device_classes: Sequence[str], online: Live | None = None
+) -> dict[int, CellView]:
     """Cell id -> view of some of a sweep's cells, with a device column per one of ``device_classes``
-    (the sweep's), and why a cell waits for a worker when it does."""
+    (the sweep's), and why a cell waits for a worker when it does (``online``: the workers' ``live``,
+    read here when not given)."""
     inputs = device_inputs(session, cells, device_classes)
-    online = live(session)
+    online = live(session) if online is None else online
     return {cell.id: view_of(cell, inputs[cell.id], online) for cell in cells}
 
 
