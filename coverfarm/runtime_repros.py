@@ -1,16 +1,18 @@
-"""The device runtime refusals coverfarm has one-op repros for, by the runtime source file whose check
-refuses the op (as a refusal's message names it): the op and the repro's name in
-``worker/repros/runtime.py``, which builds and lowers them. Torch-free, so that the report can name them.
+"""The device runtime refusals coverfarm has one-op repros for, by the words of the runtime's refusal
+that identify its check (the source file whose check refuses the op, or the missing operator it names):
+the op and the repro's name in ``worker/repros/runtime.py``, which builds and lowers them. Torch-free, so
+that the report can name them.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
 class RuntimeReproRef:
-    runtime_source: str  # e.g. IndexTensor.cpp
+    check: str  # words of the refusal naming its check: IndexTensor.cpp, Missing operator: aten.x.default
     op: str
     name: str
     seen: str  # what the repro's bundle did on a device, where and when it was run
@@ -29,9 +31,24 @@ REFS = (
         "argmax_texture_input",
         "does not reproduce yet: loaded and ran correctly on h200-vulkan (main cff6f4dd32, 2026-12-01)",
     ),
+    RuntimeReproRef(
+        "Missing operator: aten.logical_not.default",
+        "aten.logical_not.default",
+        "logical_not",
+        "not run on a device yet",
+    ),
 )
 
 
+MISSING_OPERATOR = re.compile(r"Missing operator: (\S+)")
+
+
 def for_message(message: str) -> RuntimeReproRef | None:
-    """The repro whose runtime source file ``message`` names, if any."""
-    return next((ref for ref in REFS if ref.runtime_source in message), None)
+    """The repro whose check ``message`` names, if any."""
+    return next((ref for ref in REFS if ref.check in message), None)
+
+
+def missing_operator(message: str) -> str | None:
+    """The op a runtime says it has no kernel for (``Missing operator: aten.logical_not.default``)."""
+    found = MISSING_OPERATOR.search(message)
+    return found.group(1) if found else None

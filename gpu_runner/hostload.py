@@ -1,8 +1,10 @@
 """What else the host did while something was timed, read from ``/proc`` (Linux; elsewhere: unknown).
 
 ``LoadMeter`` brackets a timing window: the host's whole busy CPU time over the window (``/proc/stat``),
-this process's own (``os.times``, reaped children included) and the difference, the CPU other processes
-took, each in cores (CPU seconds over wall seconds), with the 1-minute load average at both ends.
+this process's own (``os.times``, reaped children included, plus its live descendants from
+``/proc/<pid>/stat``: a native runtime's server process runs the timed program) and the difference, the
+CPU other processes took, each in cores (CPU seconds over wall seconds), with the 1-minute load average
+at both ends.
 ``free_cores`` samples the same before a timing, so an eager baseline can use as many threads as the
 host has cores nobody else is using. ``host_id`` names the host, so a speed-up can check that both of its
 measurements were taken on the same one.
@@ -49,9 +51,44 @@ def _loadavg() -> float | None:
         return None
 
 
+def _stat_fields(stat: str) -> list[str]:
+    """A ``/proc/<pid>/stat`` line's fields after the command name (which may hold spaces)."""
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def live_descendant_seconds(root: int | None = None) -> float:
+    """CPU seconds used so far by the live descendants of process ``root`` (default: this one), read
+    from ``/proc``; 0.0 where there is none or no ``/proc``. A child once reaped is in ``os.times``."""
+    root = os.getpid() if root is None else root
+    parents: dict[int, int] = {}
+    used: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        entries = [entry for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+    except OSError:
+        return 0.0
+    for entry in entries:
+        try:
+            fields = _stat_fields((entry / "stat").read_text())
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+        pid = int(entry.name)
+        parents[pid] = int(fields[1])  # ppid; utime and stime are fields 14 and 15 of the whole line
+        used[pid] = (int(fields[11]) + int(fields[12])) / tick
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parents.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0.0, list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        total += used[pid]
+        todo.extend(children.get(pid, []))
+    return total
+
+
 def _own_seconds() -> float:
     times = os.times()
-    return times.user + times.system + times.children_user + times.children_system
+    return times.user + times.system + times.children_user + times.children_system + live_descendant_seconds()
 
 
 class LoadMeter:

@@ -97,7 +97,7 @@ def runtime_issues(
             (failure.kind, where),
             RuntimeIssue(
                 where=where,
-                op=ref.op if ref else None,
+                op=ref.op if ref else runtime_repros.missing_operator(failure.message),
                 kind=failure.kind,
                 message=failure.message,
                 policies=[],

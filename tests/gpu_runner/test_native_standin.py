@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from standin_executor_runner import write_standin
 
+from coverfarm import runtime_repros
 from coverfarm.device_result import DeviceResult, TimingRules
 from coverfarm.digest import bundle_digest
 from gpu_runner.bundle_run import run_bundle
@@ -69,6 +70,23 @@ def test_recorded_refusals_are_classified_with_the_runtimes_words(log: str, wher
     assert failure.message is not None and "vkcompute::vkapi::Error" in failure.message
     assert "/backends/vulkan/runtime/graph/ops/impl/" in failure.message  # the full text is kept
     assert failure.last_lines[-1].startswith("exit 134")
+
+
+def test_a_recorded_missing_operator_is_classified_and_names_its_op() -> None:
+    lines = (RECORDED / "multi-task-dit-missing-logical-not.log").read_text().splitlines()
+    failure = classify_exit("refused_at_load", "observation", -6, lines, "refused at load")
+    assert failure.kind == "refused_at_load" and failure.signal == 6
+    assert failure.cause == (
+        "program observation refused at load: In function build_graph(), assert failed "
+        "(VK_HAS_OP(op_name)): Missing operator: aten.logical_not.default"
+    )
+    assert failure.message is not None
+    assert runtime_repros.missing_operator(failure.message) == "aten.logical_not.default"
+    ref = runtime_repros.for_message(failure.message)
+    assert ref is not None and (ref.op, ref.name) == ("aten.logical_not.default", "logical_not")
+    assert runtime_repros.missing_operator("ArgReduce.cpp:28: (graph.is_buffer_storage(in)) is false!") is (
+        None
+    )
 
 
 def test_recorded_log_of_three_executions() -> None:

@@ -3,6 +3,8 @@ fresh processes judged together, and a speed-up only from two trusted measuremen
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -14,7 +16,7 @@ from coverfarm.device_result import DeviceResult, Isolation, LatencyStats, Timin
 from coverfarm.hostlock import HostLock
 from coverfarm.result import Options
 from gpu_runner.bundle_run import run_bundle
-from gpu_runner.hostload import host_id
+from gpu_runner.hostload import LoadMeter, host_id, live_descendant_seconds
 from gpu_runner.replicas import run_replicated
 from gpu_runner.stats import MAX_S_REACHED, MIN_REACHED, combine, latency_stats, replica, timed_loop
 
@@ -169,3 +171,26 @@ def test_chunks_long_enough_are_timed_one_per_sample() -> None:
     assert timed.chunks_per_sample == 1 and len(timed.samples_ms) == 3
     # With no warm-up there is nothing to judge a chunk by: one chunk per sample.
     assert timed_loop(lambda i: None, TimingRules(warmup=0, min_chunks=2, min_s=0.0)).chunks_per_sample == 1
+
+
+BUSY_CHILD = "import time\nend = time.process_time() + 1.5\nwhile time.process_time() < end:\n    pass\n"
+
+
+def test_a_live_child_counts_as_the_timed_process_own_cpu_not_as_another_process() -> None:
+    """A native runtime's server process runs the timed program: while it is alive its CPU is this
+    process's own, not load from elsewhere on the host."""
+    meter = LoadMeter().start()
+    child = subprocess.Popen([sys.executable, "-c", BUSY_CHILD])
+    try:
+        deadline = time.monotonic() + 30
+        while (child_s := live_descendant_seconds()) < 1.0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        load = meter.stop()  # the child is still alive and unreaped here
+    finally:
+        child.wait()
+    assert live_descendant_seconds() == 0.0
+    assert load.own_cores is not None and load.busy_cores is not None
+    # the child's CPU seconds (at least 1 s, on however loaded a host) are counted as this process's own
+    assert child_s >= 1.0
+    assert load.own_cores * load.window_s >= 0.9 * child_s - 0.05
+    assert load.own_cores <= load.busy_cores

@@ -6,7 +6,8 @@ repro here is the op alone, at the shape and argument form that the policy's pro
 with the backend's stock partitioner into a bundle the runner runs like any other; on a host whose
 runtime refuses the op it fails at load with the same message as the policy's bundle.
 
-``python -m worker.repros.runtime OUT`` writes every repro's bundle under ``OUT/<name>/``.
+``python -m worker.repros.runtime OUT [--candidates]`` writes every repro's bundle under ``OUT/<name>/``
+(and, with ``--candidates``, each candidate form's under ``OUT/candidate-<name>/``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,21 @@ class ArgmaxLastDim(torch.nn.Module):
         return torch.argmax(x, dim=-1)
 
 
+class ArgmaxOfQuotient(torch.nn.Module):
+    """``argmax(p / q)`` over the last dim: tdmpc's and vqbet's ``torch.multinomial`` as the exponential
+    race, the argmax reading a tensor the delegate computed rather than a graph input."""
+
+    def forward(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        return torch.argmax(p / q, dim=-1)
+
+
+class LogicalNot(torch.nn.Module):
+    """``logical_not`` of a boolean mask (multi_task_dit inverts its padding mask so)."""
+
+    def forward(self, mask: torch.Tensor) -> torch.Tensor:
+        return torch.logical_not(mask)
+
+
 @dataclass(frozen=True)
 class RuntimeRepro:
     ref: RuntimeReproRef  # its name, op and the runtime file whose check refuses it
@@ -62,7 +78,25 @@ REPROS = (
         examples=lambda i: (torch.randn(1, 8, 64, generator=_generator(i)),),
         seen_in=("tdmpc",),
     ),
+    RuntimeRepro(
+        ref=runtime_repros.REFS[2],
+        model=LogicalNot,
+        examples=lambda i: (torch.rand(1, 32, generator=_generator(i)) > 0.5,),
+        seen_in=("multi_task_dit",),
+    ),
 )
+
+# Forms of a refused op tried beside a repro, to find the one that shows the refusal on a device: each
+# is written by ``build_all(..., candidates=True)`` under ``OUT/candidate-<name>/``.
+CANDIDATES: dict[str, tuple[Callable[[], torch.nn.Module], Callable[[int], tuple[torch.Tensor, ...]]]] = {
+    "argmax_of_quotient": (
+        ArgmaxOfQuotient,
+        lambda i: (
+            torch.rand(1, 64, generator=_generator(i)) + 0.01,
+            torch.empty(1, 64).exponential_(generator=_generator(100 + i)),
+        ),
+    ),
+}
 
 
 def repro_for(runtime_message: str) -> RuntimeRepro | None:
@@ -71,8 +105,13 @@ def repro_for(runtime_message: str) -> RuntimeRepro | None:
     return next((r for r in REPROS if r.ref == ref), None)
 
 
-def build_all(out: Path, backend: str = "vulkan") -> dict[str, Path]:
+def build_all(out: Path, backend: str = "vulkan", candidates: bool = False) -> dict[str, Path]:
     written = {}
+    if candidates:
+        for name, (model, examples) in CANDIDATES.items():
+            torch.manual_seed(0)
+            policy = single_program(name, model(), examples, f"repro-candidate-{name}")
+            written[f"candidate-{name}"] = build(out / f"candidate-{name}", backend, policy)
     for repro in REPROS:
         torch.manual_seed(0)
         name = repro.ref.name
@@ -82,5 +121,5 @@ def build_all(out: Path, backend: str = "vulkan") -> dict[str, Path]:
 
 
 if __name__ == "__main__":
-    for name, path in build_all(Path(sys.argv[1])).items():
+    for name, path in build_all(Path(sys.argv[1]), candidates="--candidates" in sys.argv[2:]).items():
         print(name, path)
