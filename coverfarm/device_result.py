@@ -272,11 +272,17 @@ FailureKind = Literal[
 _RAISED_FROM = re.compile(r"Exception raised from \S+ at (?:\S*/)?(?P<where>[^/\s]+:\d+): ")
 
 
+# How the Vulkan graph builder says the runtime has no kernel for a delegated op.
+MISSING_OPERATOR = "Missing operator: "
+
+
 def short_message(message: str) -> str:
     """A runtime's message as the grid shows it: its first failure, where the check that failed sits
     (``IndexTensor.cpp:76``) and what it says, without the exception's type and the source path."""
     parts = message.split("; ")
     text = next((part for part in parts if not part.startswith("terminate called")), message)
+    if MISSING_OPERATOR in text:  # the graph builder's assert: what it lacks says it all
+        return text[text.index(MISSING_OPERATOR) :].strip()
     return _RAISED_FROM.sub(lambda m: f"{m.group('where')}: ", text).strip()
 
 

@@ -76,11 +76,8 @@ def test_a_recorded_missing_operator_is_classified_and_names_its_op() -> None:
     lines = (RECORDED / "multi-task-dit-missing-logical-not.log").read_text().splitlines()
     failure = classify_exit("refused_at_load", "observation", -6, lines, "refused at load")
     assert failure.kind == "refused_at_load" and failure.signal == 6
-    assert failure.cause == (
-        "program observation refused at load: In function build_graph(), assert failed "
-        "(VK_HAS_OP(op_name)): Missing operator: aten.logical_not.default"
-    )
-    assert failure.message is not None
+    assert failure.cause == "program observation refused at load: Missing operator: aten.logical_not.default"
+    assert failure.message is not None and "VK_HAS_OP(op_name)" in failure.message  # the full text is kept
     assert runtime_repros.missing_operator(failure.message) == "aten.logical_not.default"
     ref = runtime_repros.for_message(failure.message)
     assert ref is not None and (ref.op, ref.name) == ("aten.logical_not.default", "logical_not")
