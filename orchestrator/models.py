@@ -13,6 +13,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    CheckConstraint,
     DateTime,
     Dialect,
     Enum,
@@ -209,20 +210,49 @@ class Cell(Base):
     jobs: Mapped[list[Job]] = relationship(back_populates="cell", order_by="Job.id")
 
 
-# Device jobs' stages: "run:<device class>" runs a bundle, "baseline:<device class>" times eager PyTorch on
-# a host of that class. Every other stage is a CPU stage of the cell ("lower", "lower.long").
-DEVICE_STAGE_PREFIXES = ("run:", "baseline:")
+class JobKind(StrEnum):
+    """What a job does. A cell has CPU lower jobs ("lower", then at most one longer re-run on
+    "lower.long") and, once it has a bundle, device jobs on a device class: a bundle run and, where a
+    runner of the class can time one, an eager baseline (eager PyTorch timed on a host of that class)."""
+
+    LOWER = "lower"
+    DEVICE_RUN = "device_run"
+    BASELINE = "baseline"
+
+
+DEVICE_KINDS = (JobKind.DEVICE_RUN, JobKind.BASELINE)  # the kinds that run on a device class
+
+JobKindType = Enum(
+    JobKind,
+    name="job_kind",
+    native_enum=False,
+    create_constraint=True,
+    length=16,
+    values_callable=lambda members: [member.value for member in members],
+)
 
 
 class Job(Base):
     __tablename__ = "jobs"
     # A cell has one job per stage: the first "lower", at most one re-run on "lower.long", and one job
-    # per device class and kind.
-    __table_args__ = (UniqueConstraint("cell_id", "stage"), Index("ix_jobs_status", "status"))
+    # per device class and kind. A device job, and only a device job, names its device class.
+    __table_args__ = (
+        UniqueConstraint("cell_id", "stage"),
+        Index("ix_jobs_status", "status"),
+        CheckConstraint(
+            "(kind = 'lower' AND device_class IS NULL) OR (kind <> 'lower' AND device_class IS NOT NULL)",
+            name="kind_device_class",
+        ),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     cell_id: Mapped[int] = mapped_column(ForeignKey("cells.id", ondelete="CASCADE"), index=True)
-    stage: Mapped[str] = mapped_column(String(64))  # "lower", "lower.long", "run:…", "baseline:…"
+    kind: Mapped[JobKind] = mapped_column(JobKindType)
+    device_class: Mapped[str | None] = mapped_column(String(64))  # a device job's; None for a lower job
+    # The job's name in its cell, as the API and the pages show it: "lower" or "lower.long" for a lower
+    # job, "run:<device class>" or "baseline:<device class>" for a device job (jobs.service.stage_of).
+    # Nothing reads the kind or the class back out of it: the two columns above say them.
+    stage: Mapped[str] = mapped_column(String(64))
     queue: Mapped[str] = mapped_column(String(64))
     timeout_s: Mapped[float] = mapped_column(Float)
     status: Mapped[JobStatus] = mapped_column(JobStatusType, default=JobStatus.QUEUED)

@@ -16,13 +16,13 @@ from coverfarm.cell_build import DeviceInput, DeviceJob, device_columns
 from coverfarm.device_result import DeviceResult
 from coverfarm.result import Options
 from orchestrator.devices import repository
-from orchestrator.jobs.service import baseline_stage, cause, device_stage
-from orchestrator.models import PENDING_STATUSES, Cell, Job, Sweep
+from orchestrator.jobs.service import cause
+from orchestrator.models import PENDING_STATUSES, Cell, Job, JobKind, Sweep
 from orchestrator.sweeps.service import cpu_jobs
 
 
-def _job(cell: Cell, stage: str) -> Job | None:
-    return next((job for job in cell.jobs if job.stage == stage), None)
+def _job(cell: Cell, kind: JobKind, device_class: str) -> Job | None:
+    return next((job for job in cell.jobs if job.kind is kind and job.device_class == device_class), None)
 
 
 Key = tuple[int, str]  # (cell id, device class)
@@ -54,7 +54,7 @@ def device_inputs(
     for cell in cells:
         inputs[cell.id] = []
         for name in classes:
-            timer, runner = _job(cell, baseline_stage(name)), _job(cell, device_stage(name))
+            timer, runner = _job(cell, JobKind.BASELINE, name), _job(cell, JobKind.DEVICE_RUN, name)
             inputs[cell.id].append(
                 DeviceInput(
                     device_class=name,

@@ -1,7 +1,8 @@
 """Device jobs over authenticated HTTP (claim, heartbeat, result, infrastructure error) and offline imports.
 
-Two kinds of device job: a bundle run (stage ``run:<class>``), whose result is a device result, and an
-eager baseline (stage ``baseline:<class>``), eager PyTorch timed on the CPU of a host of that class,
+Two kinds of device job (``Job.kind``, on the device class ``Job.device_class``): a bundle run
+(``device_run``, stage ``run:<class>``), whose result is a device result, and an eager baseline
+(``baseline``, stage ``baseline:<class>``), eager PyTorch timed on the CPU of a host of that class,
 whose result is a baseline document. A runner may only report on a job it claimed: the job row names the
 runner holding its current attempt, and anything else is refused before anything is written. Each result
 of a (cell, device class) is one row, upserted, so a retried attempt or a repeated import replaces it and
@@ -36,7 +37,7 @@ from orchestrator.errors import NotFound
 from orchestrator.events import repository as events
 from orchestrator.jobs import service as jobs
 from orchestrator.jobs.transitions import lock_job, transition
-from orchestrator.models import Cell, Job, JobStatus, Runner, RunnerState, Sweep
+from orchestrator.models import Cell, Job, JobKind, JobStatus, Runner, RunnerState, Sweep
 
 
 def worker_name(runner: Runner) -> str:
@@ -46,7 +47,7 @@ def worker_name(runner: Runner) -> str:
 
 def _device_job(session: Session, runner: Runner, job_id: int) -> tuple[Job, str]:
     job = lock_job(session, job_id)
-    device_class = jobs.device_class_of(job) if job is not None else None
+    device_class = job.device_class if job is not None else None
     if job is None or device_class is None:
         raise Forbidden(f"job {job_id} is not a device job")
     if device_class not in runner.device_classes:
@@ -70,7 +71,7 @@ def claim(session: Session, runner: Runner, job_id: int, settings: Settings) -> 
         job_id=job_id,
         attempt=started.attempt,
         device_class=device_class,
-        kind="baseline" if jobs.is_baseline(job) else "run",
+        kind="baseline" if job.kind is JobKind.BASELINE else "run",
         bundle_sha256=sha,
         timeout_s=job.timeout_s,
         policy=started.policy,
@@ -128,11 +129,11 @@ def _store(
 
 def report(session: Session, runner: Runner, job_id: int, body: RunReport) -> None:
     job = _own_attempt(session, runner, job_id, body.attempt)
-    if jobs.is_baseline(job):
+    if job.kind is JobKind.BASELINE:
         raise Unprocessable(
             f"job {job_id} times the eager baseline: report it to /device-jobs/{job_id}/baseline"
         )
-    device_class = jobs.device_class_of(job)
+    device_class = job.device_class
     assert device_class is not None
     expected = repository.bundle_of_cell(session, job.cell_id)
     if body.result.bundle_sha256 != expected:
@@ -167,9 +168,9 @@ BASELINE_STATUS = {"ok": JobStatus.OK, "slow": JobStatus.SLOW, "failed": JobStat
 def report_baseline(session: Session, runner: Runner, job_id: int, body: BaselineReport) -> None:
     """Store a baseline job's document as the eager baseline of its (cell, device class)."""
     job = _own_attempt(session, runner, job_id, body.attempt)
-    if not jobs.is_baseline(job):
+    if job.kind is not JobKind.BASELINE:
         raise Unprocessable(f"job {job_id} runs a bundle: report it to /device-jobs/{job_id}/result")
-    device_class = jobs.device_class_of(job)
+    device_class = job.device_class
     assert device_class is not None
     baseline: BaselineResult = body.baseline
     if baseline.policy != job.cell.policy:
@@ -348,9 +349,9 @@ def _settle_queued_run(session: Session, cell_jobs: list[Job], device_class: str
     """The cell's bundle-run job of the class, still queued, has its result now: it is withdrawn (with
     that reason), so no live runner runs it again and the sweep can end. A running one is left alone:
     its runner's result will replace the imported one."""
-    stage = jobs.device_stage(device_class)
     for job in cell_jobs:
-        locked = lock_job(session, job.id) if job.stage == stage else None
+        run = job.kind is JobKind.DEVICE_RUN and job.device_class == device_class
+        locked = lock_job(session, job.id) if run else None
         if locked is not None and locked.status == JobStatus.QUEUED:
             reason = f"a signed result of offline runner {runner_id} was imported for this cell and class"
             transition(session, locked, JobStatus.CANCELLED, reason)

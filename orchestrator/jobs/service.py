@@ -25,7 +25,7 @@ from orchestrator.db import Outgoing, enqueue_after_commit
 from orchestrator.devices.repository import baseline_classes
 from orchestrator.jobs import repository
 from orchestrator.jobs.transitions import TERMINAL, lock_job, transition
-from orchestrator.models import DEVICE_STAGE_PREFIXES, Cell, Job, JobAttempt, JobStatus, utcnow
+from orchestrator.models import Cell, Job, JobAttempt, JobKind, JobStatus, utcnow
 from orchestrator.sweeps.state import refresh_cell
 from orchestrator.workers import service as workers
 from orchestrator.workers.service import Live
@@ -34,9 +34,11 @@ log = logging.getLogger(__name__)
 
 STAGE_LOWER = "lower"
 STAGE_LOWER_LONG = "lower.long"
+LOWER_STAGES = (STAGE_LOWER, STAGE_LOWER_LONG)
+# A device job's stage, its name in its cell: its kind's prefix and its device class (``stage_of``).
+STAGE_PREFIX = {JobKind.DEVICE_RUN: "run:", JobKind.BASELINE: "baseline:"}
 # A job attempt's outcome when it measured fake weights and its job went to a worker with more memory.
 REQUEUED = "requeued"
-DEVICE_STAGE_PREFIX, BASELINE_STAGE_PREFIX = DEVICE_STAGE_PREFIXES
 DOC_STATUS = {
     StageStatus.OK: JobStatus.OK,
     StageStatus.SLOW: JobStatus.SLOW,
@@ -62,11 +64,37 @@ class StartedJob:
 def create(
     session: Session, cell: Cell, stage: str, queue: str, timeout_s: float, memory_gb: float | None = None
 ) -> Job:
-    """A queued job, sent after commit. A lower job's ``queue`` is its route's (``lower_queue_of``)
-    whatever is passed: ``create_lower`` says so."""
+    """A queued lower job on ``stage`` (``STAGE_LOWER`` or ``STAGE_LOWER_LONG``), sent after commit. Its
+    ``queue`` is its route's (``lower_queue_of``) whatever is passed: ``create_lower`` says so."""
+    if stage not in LOWER_STAGES:
+        raise ValueError(f"{stage!r} is not a lower job's stage ({', '.join(LOWER_STAGES)})")
+    return _create(session, cell, JobKind.LOWER, None, stage, queue, timeout_s, memory_gb)
+
+
+def create_device_job(
+    session: Session, cell: Cell, kind: JobKind, device_class: str, queue: str, timeout_s: float
+) -> Job:
+    """A queued device job of ``kind`` (a bundle run or its eager baseline) on ``device_class``, sent
+    after commit."""
+    stage = stage_of(kind, device_class)
+    return _create(session, cell, kind, device_class, stage, queue, timeout_s, None)
+
+
+def _create(
+    session: Session,
+    cell: Cell,
+    kind: JobKind,
+    device_class: str | None,
+    stage: str,
+    queue: str,
+    timeout_s: float,
+    memory_gb: float | None,
+) -> Job:
     # New jobs start queued; every later status change goes through transitions.transition.
     job = Job(
         cell=cell,
+        kind=kind,
+        device_class=device_class,
         stage=stage,
         queue=queue,
         timeout_s=timeout_s,
@@ -76,7 +104,7 @@ def create(
     )
     session.add(job)
     session.flush()
-    if device_class_of(job) is None and len(cell.jobs) > 1:
+    if kind is JobKind.LOWER and len(cell.jobs) > 1:
         # A new cell's first job leaves it queued, as it was made; a re-run changes what it shows.
         refresh_cell(session, cell.id)
     _send(session, job)
@@ -103,7 +131,7 @@ def lower_queue_of(job: Job) -> str:
 def waiting(job: Job, live: Live) -> str | None:
     """Why a queued lower job waits when no online worker takes its queue (no worker of its stack, or
     none of its memory class); None when one does, and for running, ended and device jobs."""
-    if job.status is not JobStatus.QUEUED or device_class_of(job) is not None or job.queue in live.queues:
+    if job.status is not JobStatus.QUEUED or job.kind is not JobKind.LOWER or job.queue in live.queues:
         return None
     return routes.waiting_reason(job.cell.stack, job.memory_gb, live.stacks)
 
@@ -114,6 +142,7 @@ def create_first(session: Session, cells: list[Cell], timeout_s: float) -> list[
     made = [
         Job(
             cell=cell,
+            kind=JobKind.LOWER,
             stage=STAGE_LOWER,
             queue=routes.lower_queue(cell.stack, long=False, memory_gb=None),
             timeout_s=timeout_s,
@@ -129,20 +158,9 @@ def create_first(session: Session, cells: list[Cell], timeout_s: float) -> list[
     return made
 
 
-def device_stage(device_class: str) -> str:
-    return f"{DEVICE_STAGE_PREFIX}{device_class}"
-
-
-def baseline_stage(device_class: str) -> str:
-    return f"{BASELINE_STAGE_PREFIX}{device_class}"
-
-
-def device_class_of(job: Job) -> str | None:
-    """The device class a device job (a bundle run or its eager baseline) runs on; None for a CPU stage."""
-    for prefix in DEVICE_STAGE_PREFIXES:
-        if job.stage.startswith(prefix):
-            return job.stage.removeprefix(prefix)
-    return None
+def stage_of(kind: JobKind, device_class: str) -> str:
+    """The stage of a device job of ``kind`` on ``device_class``: ``run:<class>`` or ``baseline:<class>``."""
+    return f"{STAGE_PREFIX[kind]}{device_class}"
 
 
 def cause(job: Job) -> str | None:
@@ -150,19 +168,13 @@ def cause(job: Job) -> str | None:
     return error_line(job.error) or job.status_reason
 
 
-def is_baseline(job: Job) -> bool:
-    """Whether the job times eager PyTorch on a device class's host rather than running the bundle."""
-    return job.stage.startswith(BASELINE_STAGE_PREFIX)
-
-
 def _send(session: Session, job: Job) -> None:
     # Stamped again once the broker has the message (orchestrator.db.mark_sent): until then the job is
     # owed a send, which the reconciler makes should this one fail.
     job.sent_at = None
-    device_class = device_class_of(job)
     message: LowerMessage | DeviceMessage
-    if device_class is not None:
-        message = DeviceMessage(job_id=job.id, device_class=device_class)
+    if job.device_class is not None:
+        message = DeviceMessage(job_id=job.id, device_class=job.device_class)
     else:
         # Routed at every send, the reconciler's included, from what the jobs table holds: a job stored
         # under an older route (or a broker that lost it) goes where the routing says now.
@@ -180,9 +192,11 @@ def create_device_jobs(session: Session, cell: Cell, settings: Settings) -> list
         if device_classes.backend_of(name) != cell.backend:
             continue
         timeout = settings.device_timeout_s
-        created.append(create(session, cell, device_stage(name), device_queue(name, cell.stack), timeout))
+        queue = device_queue(name, cell.stack)
+        created.append(create_device_job(session, cell, JobKind.DEVICE_RUN, name, queue, timeout))
         if name in timers:
-            created.append(create(session, cell, baseline_stage(name), baseline_queue(name), timeout))
+            queue = baseline_queue(name)
+            created.append(create_device_job(session, cell, JobKind.BASELINE, name, queue, timeout))
     return created
 
 
@@ -265,7 +279,7 @@ def start(
 
 def _not_for(job: Job, stack: str | None, memory_gb: float | None) -> str | None:
     """Why a worker of ``stack`` with ``memory_gb`` per job must not run lower job ``job`` (None: it may)."""
-    if device_class_of(job) is not None:
+    if job.kind is not JobKind.LOWER:
         return None
     if stack is not None and stack != job.cell.stack:
         return f"the cell is of stack {job.cell.stack}, this worker of {stack}"

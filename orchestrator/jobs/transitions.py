@@ -17,7 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, joinedload
 
 from orchestrator.events.repository import emit
-from orchestrator.models import DEVICE_STAGE_PREFIXES, REASON, Cell, Job, JobStatus, clip, utcnow
+from orchestrator.models import REASON, Cell, Job, JobKind, JobStatus, clip, utcnow
 from orchestrator.sweeps.state import refresh_cell
 
 ALLOWED: dict[JobStatus, frozenset[JobStatus]] = {
@@ -69,7 +69,7 @@ def transition(session: Session, job: Job, to: JobStatus, reason: str) -> None:
     else:
         job.finished_at = now
     session.flush()
-    if not job.stage.startswith(DEVICE_STAGE_PREFIXES):  # device jobs have their own columns
+    if job.kind is JobKind.LOWER:  # device jobs have their own columns
         refresh_cell(session, job.cell_id)
     emit(
         session,

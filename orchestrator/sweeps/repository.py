@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import case, func, or_, select
+from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session, selectinload
 
-from orchestrator.models import DEVICE_STAGE_PREFIXES, PENDING_STATUSES, Cell, Job, Result, Sweep
+from orchestrator.models import DEVICE_KINDS, PENDING_STATUSES, Cell, Job, Result, Sweep
 
 _CELL_TREE = selectinload(Cell.jobs).selectinload(Job.result)
 
@@ -36,9 +36,6 @@ def list_sweeps(session: Session, limit: int, offset: int) -> Sequence[Sweep]:
 
 def count_sweeps(session: Session) -> int:
     return session.scalar(select(func.count()).select_from(Sweep)) or 0
-
-
-_DEVICE_STAGE = or_(*(Job.stage.startswith(prefix) for prefix in DEVICE_STAGE_PREFIXES))
 
 
 def tally(session: Session, sweep_ids: Sequence[int]) -> dict[int, SweepTally]:
@@ -116,7 +113,7 @@ def device_pending(session: Session, sweep_ids: Sequence[int]) -> dict[int, int]
         .join(Job, Job.cell_id == Cell.id)
         .where(
             Cell.sweep_id.in_(sweep_ids),
-            _DEVICE_STAGE,
+            Job.kind.in_(DEVICE_KINDS),
             Job.status.in_([s.value for s in PENDING_STATUSES]),
         )
         .group_by(Cell.sweep_id)

@@ -16,7 +16,7 @@ from orchestrator.errors import Invalid, NotFound
 from orchestrator.events.repository import emit
 from orchestrator.jobs import service as jobs
 from orchestrator.jobs.repository import pending_of_sweep
-from orchestrator.models import DEVICE_STAGE_PREFIXES, PENDING_STATUSES, Cell, Job, JobStatus, Sweep, utcnow
+from orchestrator.models import PENDING_STATUSES, Cell, Job, JobKind, JobStatus, Sweep, utcnow
 from orchestrator.sweeps import repository
 from orchestrator.sweeps import state as derived
 from orchestrator.sweeps.schemas import (
@@ -159,14 +159,14 @@ def get_cell(session: Session, cell_id: int) -> Cell:
 def cell_state(cell: Cell) -> tuple[JobStatus, bool]:
     """(state, pending) of a loaded cell: ``sweeps.state.cell_state`` over its CPU jobs (device jobs
     have their own columns and do not change the cell's state)."""
-    cpu = [job for job in cell.jobs if jobs.device_class_of(job) is None]
+    cpu = [job for job in cell.jobs if job.kind is JobKind.LOWER]
     return derived.cell_state(
         cpu[-1].status if cpu else None, any(job.status is JobStatus.SLOW for job in cpu)
     )
 
 
 def _latest_cpu_job(cell: Cell) -> Job | None:
-    cpu = [job for job in cell.jobs if jobs.device_class_of(job) is None]
+    cpu = [job for job in cell.jobs if job.kind is JobKind.LOWER]
     return cpu[-1] if cpu else None
 
 
@@ -217,9 +217,9 @@ def _summary_fields(sweep: Sweep, cells: list[CellPublic]) -> dict[str, Any]:
     counts = Counter(cell.state.value for cell in cells)
     device_pending = any(
         job.status in PENDING_STATUSES
-        for cell in cells
+        for cell in sweep.cells  # loaded with their jobs: ``cells`` are their views
         for job in cell.jobs
-        if job.stage.startswith(DEVICE_STAGE_PREFIXES)
+        if job.kind is not JobKind.LOWER
     )
     pending = device_pending or any(cell.pending for cell in cells)
     return {

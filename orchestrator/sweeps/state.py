@@ -14,7 +14,7 @@ from typing import Literal
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from orchestrator.models import DEVICE_STAGE_PREFIXES, PENDING_STATUSES, Cell, Job, JobStatus, Result
+from orchestrator.models import PENDING_STATUSES, Cell, Job, JobKind, JobStatus, Result
 
 SweepState = Literal["running", "done", "cancelled"]
 
@@ -37,13 +37,11 @@ def refresh_cell(session: Session, cell_id: int) -> None:
     it), and only a job that has not ended changes. Two statements: the jobs read, the cell written. The
     write is a plain UPDATE: a copy of the cell this session holds keeps the columns it had.
     """
-    statuses = [
-        status
-        for stage, status in session.execute(
-            select(Job.stage, Job.status).where(Job.cell_id == cell_id).order_by(Job.id)
+    statuses = list(
+        session.scalars(
+            select(Job.status).where(Job.cell_id == cell_id, Job.kind == JobKind.LOWER).order_by(Job.id)
         )
-        if not stage.startswith(DEVICE_STAGE_PREFIXES)
-    ]
+    )
     state, pending = cell_state(statuses[-1] if statuses else None, JobStatus.SLOW in statuses)
     newest = select(func.max(Result.id)).where(Result.cell_id == cell_id).scalar_subquery()
     session.execute(

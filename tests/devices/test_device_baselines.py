@@ -19,7 +19,7 @@ from coverfarm.result import Options
 from coverfarm.settings import Settings
 from orchestrator.devices.grid import device_cells
 from orchestrator.devices.speedups import sweep_speedups
-from orchestrator.models import DeviceBaseline, Job, JobStatus, Runner, RunnerState, Sweep
+from orchestrator.models import DeviceBaseline, Job, JobKind, JobStatus, Runner, RunnerState, Sweep
 
 
 def baseline_document(policy: str, median_ms: float | None, status: str = "ok") -> dict[str, Any]:
@@ -77,6 +77,13 @@ def test_baseline_job_gives_the_device_cell_its_speedup(
     assert {key: job.queue for key, job in jobs.items() if ":" in key} == {
         f"run:{CLASS}/xnnpack": f"device.{CLASS}",
         f"baseline:{CLASS}/xnnpack": f"baseline.{CLASS}",
+    }
+    # Each job's kind and device class are its columns; its stage is only its name.
+    assert {key: (job.kind, job.device_class) for key, job in jobs.items()} == {
+        "lower/xnnpack": (JobKind.LOWER, None),
+        "lower/vulkan": (JobKind.LOWER, None),
+        f"run:{CLASS}/xnnpack": (JobKind.DEVICE_RUN, CLASS),
+        f"baseline:{CLASS}/xnnpack": (JobKind.BASELINE, CLASS),
     }
     run_job, baseline_job = jobs[f"run:{CLASS}/xnnpack"].id, jobs[f"baseline:{CLASS}/xnnpack"].id
 

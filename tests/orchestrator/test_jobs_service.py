@@ -12,13 +12,14 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from coverfarm.queues import DeviceMessage
 from coverfarm.result import ErrorInfo, Ops, Options, ResultDocument, StageResult, StageStatus
 from coverfarm.settings import Settings
 from orchestrator.db import take_outbox
 from orchestrator.jobs import service as jobs
 from orchestrator.jobs.repository import upsert_result
 from orchestrator.jobs.transitions import ALLOWED, TERMINAL, TransitionError, lock_job, transition
-from orchestrator.models import Job, JobAttempt, JobStatus, Result, utcnow
+from orchestrator.models import Job, JobAttempt, JobKind, JobStatus, Result, utcnow
 from orchestrator.reports.service import report_markdown
 from orchestrator.sweeps import service as sweeps
 from orchestrator.sweeps.schemas import SweepCreate
@@ -141,6 +142,7 @@ def test_slow_result_is_rerun_once_on_the_long_queue(session: Session, settings:
     session.refresh(cell)
     long_job = cell.jobs[-1]
     assert (long_job.stage, long_job.queue, long_job.timeout_s) == ("lower.long", "lower.long", 7200.0)
+    assert (job.kind, long_job.kind, long_job.device_class) == (JobKind.LOWER, JobKind.LOWER, None)
     [outgoing] = take_outbox(session)
     assert (outgoing.queue, outgoing.message.job_id) == ("lower.long", long_job.id)
     assert sweeps.cell_state(cell) == (JobStatus.SLOW, True)
@@ -154,6 +156,23 @@ def test_slow_result_is_rerun_once_on_the_long_queue(session: Session, settings:
     assert [j.status for j in cell.jobs] == [JobStatus.SLOW, JobStatus.SLOW]  # no third run
     assert take_outbox(session) == []
     assert sweeps.cell_state(cell) == (JobStatus.SLOW, False)
+
+
+def test_a_lower_job_is_made_only_on_a_lower_stage(session: Session, settings: Settings) -> None:
+    """A device job is made with its kind and class (``create_device_job``), never from a stage name."""
+    cell = new_job(session, settings).cell
+    with pytest.raises(ValueError, match="'run:cpu-x86_64-xnnpack' is not a lower job's stage"):
+        jobs.create(session, cell, "run:cpu-x86_64-xnnpack", "lower", 60)
+    run = jobs.create_device_job(
+        session, cell, JobKind.DEVICE_RUN, "cpu-x86_64-xnnpack", "device.cpu-x86_64-xnnpack", 60
+    )
+    assert (run.kind, run.device_class, run.stage) == (
+        JobKind.DEVICE_RUN, "cpu-x86_64-xnnpack", "run:cpu-x86_64-xnnpack",
+    )  # fmt: skip
+    [outgoing] = take_outbox(session)
+    assert outgoing.queue == "device.cpu-x86_64-xnnpack"
+    assert outgoing.message == DeviceMessage(job_id=run.id, device_class="cpu-x86_64-xnnpack")
+    assert sweeps.cell_state(cell) == (JobStatus.QUEUED, True)  # a device job leaves the cell as it was
 
 
 def test_cancelled_job_is_not_started_and_its_result_dropped(session: Session, settings: Settings) -> None:

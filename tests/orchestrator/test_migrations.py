@@ -13,6 +13,7 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from farmkit import recreate_database
 from sqlalchemy import create_engine, inspect, text
+from sqlalchemy.exc import IntegrityError
 
 from coverfarm.settings import Settings
 from orchestrator.migrate import alembic_config
@@ -315,5 +316,78 @@ def test_0008_keeps_each_cells_state_and_latest_result_and_each_sweeps_names(
             assert counts == [2, 6, 7, 3]
         assert "state" not in {column["name"] for column in inspect(engine).get_columns("cells")}
         assert "policies" not in {column["name"] for column in inspect(engine).get_columns("sweeps")}
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("make_settings", [postgres_settings, sqlite_settings], ids=["postgres", "sqlite"])
+def test_0009_reads_each_jobs_kind_and_device_class_off_its_stage(
+    make_settings: Callable[[Path], Settings], tmp_path: Path
+) -> None:
+    """Jobs stored before 0009 get the kind and device class their stages say (lower jobs, whatever
+    their stage, none); a job that contradicts its kind is refused after it; the downgrade keeps every
+    row and its stage."""
+    from orchestrator.db import make_engine
+
+    settings = make_settings(tmp_path)
+    config = alembic_config(settings)
+    command.upgrade(config, "0008")
+    engine = make_engine(settings)
+    now = "now()" if engine.dialect.name == "postgresql" else "CURRENT_TIMESTAMP"
+    long_class = "mali-g610-mc4-with-a-long-board-name-vulkan"
+    stages = [  # id, stage, queue
+        (1, "lower", "lower"),
+        (2, "lower.long", "lower.long@et-1.4.1"),
+        (3, "run:cpu-x86_64-xnnpack", "device.cpu-x86_64-xnnpack"),
+        (4, "baseline:cpu-x86_64-xnnpack", "baseline.cpu-x86_64-xnnpack"),
+        (5, f"run:{long_class}", f"device.{long_class}"),
+        (6, "runner", "lower"),  # not a device stage: no prefix but "run:" and "baseline:" is
+    ]
+    job_row = (
+        "INSERT INTO jobs (id, cell_id, stage, queue, timeout_s, status, attempt, created_at)"
+        " VALUES ({}, 1, '{}', '{}', 900, 'queued', 0, {})"
+    )
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(f"INSERT INTO sweeps (id, created_at, constant_prop, lowering, timeout_s) "
+                              f"VALUES (1, {now}, true, 'fast', 900)"))  # fmt: skip
+            conn.execute(text("INSERT INTO cells (id, sweep_id, policy, backend, options) "
+                              "VALUES (1, 1, 'act', 'xnnpack', '{}')"))  # fmt: skip
+            for job, stage, queue in stages:
+                conn.execute(text(job_row.format(job, stage, queue, now)))
+        command.upgrade(config, "0009")
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT id, stage, kind, device_class FROM jobs ORDER BY id")).all() == [
+                (1, "lower", "lower", None),
+                (2, "lower.long", "lower", None),
+                (3, "run:cpu-x86_64-xnnpack", "device_run", "cpu-x86_64-xnnpack"),
+                (4, "baseline:cpu-x86_64-xnnpack", "baseline", "cpu-x86_64-xnnpack"),
+                (5, f"run:{long_class}", "device_run", long_class),
+                (6, "runner", "lower", None),
+            ]
+        checks = {check["name"] for check in inspect(engine).get_check_constraints("jobs")}
+        assert {"ck_jobs_job_kind", "ck_jobs_kind_device_class"} <= checks
+        columns = {column["name"]: column for column in inspect(engine).get_columns("jobs")}
+        assert columns["kind"]["default"] is None  # the job service names every job's kind
+        # (kind, device class): no kind, an unknown one, a device job of no class, a lower job of one
+        refused = [
+            "NULL, NULL",
+            "'repro', NULL",
+            "'device_run', NULL",
+            "'lower', 'cpu-x86_64-xnnpack'",
+        ]
+        for values in refused:
+            with pytest.raises(IntegrityError), engine.begin() as conn:
+                conn.execute(text(
+                    "INSERT INTO jobs (cell_id, stage, queue, timeout_s, status, attempt, created_at, kind,"
+                    f" device_class) VALUES (1, 'x', 'lower', 900, 'queued', 0, {now}, {values})"
+                ))  # fmt: skip
+        command.downgrade(config, "0008")
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT id, stage, queue FROM jobs ORDER BY id")).all() == stages
+        columns = {column["name"]: column for column in inspect(engine).get_columns("jobs")}
+        assert not {"kind", "device_class"} & set(columns)
+        checks = {check["name"] for check in inspect(engine).get_check_constraints("jobs")}
+        assert checks == {"ck_jobs_job_status"}
     finally:
         engine.dispose()
