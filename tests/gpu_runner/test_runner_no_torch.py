@@ -34,3 +34,41 @@ def test_runner_modules_and_checks_do_not_import_torch(tiny_bundles: dict[str, P
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
+
+
+IMPORTS = """
+import importlib.metadata as md
+import sys
+import coverfarm_cli, coverfarm_cli.runner, coverfarm.signing, coverfarm.device_result
+import gpu_runner.bundle_run, gpu_runner.native_runtime, gpu_runner.probe, gpu_runner.replicas
+coverfarm_cli.build_parser()
+dists = md.packages_distributions()
+tops = {name.split(".")[0] for name in sys.modules} - set(sys.stdlib_module_names)
+print("\\n".join(sorted({d for top in tops for d in dists.get(top, [])})))
+"""
+# httpx imports its own command line (click, rich, pygments) when they are installed, and runs without
+# them; setuptools' import hook is the virtualenv's, not the runner's.
+NOT_NEEDED = {"click", "rich", "pygments", "markdown-it-py", "mdurl", "setuptools", "coverfarm"}
+
+
+def _name(requirement: str) -> str:
+    return requirement.split("==")[0].strip().lower().replace("_", "-")
+
+
+def _pins(path: Path) -> dict[str, str]:
+    lines = [line for line in path.read_text().splitlines() if line and not line.startswith("#")]
+    return {_name(line): line.split("==")[1].strip() for line in lines if "==" in line}
+
+
+def test_the_runners_requirements_name_every_package_it_imports_at_the_locked_versions() -> None:
+    """requirements/runner.txt is what a device host installs: every third-party package the runner's
+    command, bundle run, native runtime, probe and result signing import is in it, pinned as lock.txt."""
+    runner = _pins(ROOT / "requirements" / "runner.txt")
+    lock = _pins(ROOT / "requirements" / "lock.txt")
+    assert {name: lock.get(name) for name in runner} == runner
+    result = subprocess.run(
+        [sys.executable, "-c", IMPORTS], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True
+    )
+    imported = {_name(line) for line in result.stdout.split()}
+    assert "cryptography" in imported and "numpy" in imported  # the check sees the runner's imports
+    assert imported - NOT_NEEDED <= set(runner), imported - NOT_NEEDED - set(runner)
