@@ -29,13 +29,14 @@ REFS = (
         "ArgReduce.cpp",
         "aten.argmax.default",
         "argmax_texture_input",
-        "does not reproduce yet: loaded and ran correctly on h200-vulkan (main cff6f4dd32, 2026-12-01)",
+        "does not reproduce yet: loaded and ran correctly on h200-vulkan (main cff6f4dd32, 2026-12-01 and "
+        "2026-12-02; so did argmax(p / q), its input computed in the delegate)",
     ),
     RuntimeReproRef(
         "Missing operator: aten.logical_not.default",
         "aten.logical_not.default",
         "logical_not",
-        "not run on a device yet",
+        "reproduces: refused at load with the same message on h200-vulkan (main cff6f4dd32, 2026-12-02)",
     ),
 )
 

@@ -610,6 +610,19 @@ class NativeProgram:
         return Invocation(outputs=values, log=log, wall_ms=wall_ms)
 
 
+SHARED_MEMORY = Path("/dev/shm")
+IO_DIR_ENV_VAR = "COVERFARM_NATIVE_IO_DIR"
+
+
+def memory_folder() -> str | None:
+    """Where a live server's ``.bin`` inputs and outputs go: ``COVERFARM_NATIVE_IO_DIR`` where set, else
+    ``/dev/shm`` (memory, so that a call's hand-over is copies, not disk writes) where it is a writable
+    folder, else the default temp folder."""
+    if chosen := os.environ.get(IO_DIR_ENV_VAR):
+        return chosen
+    return str(SHARED_MEMORY) if SHARED_MEMORY.is_dir() and os.access(SHARED_MEMORY, os.W_OK) else None
+
+
 class NativeRuntime:
     """``executor_runner`` behind the runtime interface (``gpu_runner.runtime.ProgramRuntime``)."""
 
@@ -663,7 +676,7 @@ class NativeRuntime:
         server = None
         if self.server_mode:
             if self._work is None:
-                self._work = tempfile.TemporaryDirectory(prefix="coverfarm-native.")
+                self._work = tempfile.TemporaryDirectory(prefix="coverfarm-native.", dir=memory_folder())
             try:
                 server = NativeServer(self, spec, pte, Path(self._work.name) / f"{len(self._servers)}")
             except RuntimeFailure as error:

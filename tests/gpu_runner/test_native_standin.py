@@ -18,11 +18,14 @@ from coverfarm.digest import bundle_digest
 from gpu_runner.bundle_run import run_bundle
 from gpu_runner.native_runtime import (
     COMMIT_ENV_VAR,
+    IO_DIR_ENV_VAR,
+    SHARED_MEMORY,
     VERSION_ENV_VAR,
     NativeRuntime,
     classify_exit,
     describe_binary,
     help_flags,
+    memory_folder,
     parse_log,
     shader_cache_state,
 )
@@ -200,3 +203,15 @@ def test_shader_cache_state(tmp_path: Path) -> None:
     assert "nvidia: 1 files, 0.0 MB" in shader_cache_state({"XDG_CACHE_HOME": str(tmp_path)})
     off = {"XDG_CACHE_HOME": str(tmp_path), "__GL_SHADER_DISK_CACHE": "0"}
     assert shader_cache_state(off).startswith("nvidia: disabled")
+
+
+def test_a_server_hands_over_through_memory_unless_the_host_says_where(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A live server's .bin files go to /dev/shm: on the H200, act's chunk took 30.2-32.0 ms that way
+    against 33.2-37.5 ms through the disk's /tmp (three alternating pairs, binary's own 25.1 ms)."""
+    monkeypatch.delenv(IO_DIR_ENV_VAR, raising=False)
+    expected = str(SHARED_MEMORY) if SHARED_MEMORY.is_dir() and os.access(SHARED_MEMORY, os.W_OK) else None
+    assert memory_folder() == expected
+    monkeypatch.setenv(IO_DIR_ENV_VAR, str(tmp_path))
+    assert memory_folder() == str(tmp_path)

@@ -6,8 +6,7 @@ repro here is the op alone, at the shape and argument form that the policy's pro
 with the backend's stock partitioner into a bundle the runner runs like any other; on a host whose
 runtime refuses the op it fails at load with the same message as the policy's bundle.
 
-``python -m worker.repros.runtime OUT [--candidates]`` writes every repro's bundle under ``OUT/<name>/``
-(and, with ``--candidates``, each candidate form's under ``OUT/candidate-<name>/``).
+``python -m worker.repros.runtime OUT`` writes every repro's bundle under ``OUT/<name>/``.
 """
 
 from __future__ import annotations
@@ -36,14 +35,6 @@ class ArgmaxLastDim(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.argmax(x, dim=-1)
-
-
-class ArgmaxOfQuotient(torch.nn.Module):
-    """``argmax(p / q)`` over the last dim: tdmpc's and vqbet's ``torch.multinomial`` as the exponential
-    race, the argmax reading a tensor the delegate computed rather than a graph input."""
-
-    def forward(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-        return torch.argmax(p / q, dim=-1)
 
 
 class LogicalNot(torch.nn.Module):
@@ -86,18 +77,6 @@ REPROS = (
     ),
 )
 
-# Forms of a refused op tried beside a repro, to find the one that shows the refusal on a device: each
-# is written by ``build_all(..., candidates=True)`` under ``OUT/candidate-<name>/``.
-CANDIDATES: dict[str, tuple[Callable[[], torch.nn.Module], Callable[[int], tuple[torch.Tensor, ...]]]] = {
-    "argmax_of_quotient": (
-        ArgmaxOfQuotient,
-        lambda i: (
-            torch.rand(1, 64, generator=_generator(i)) + 0.01,
-            torch.empty(1, 64).exponential_(generator=_generator(100 + i)),
-        ),
-    ),
-}
-
 
 def repro_for(runtime_message: str) -> RuntimeRepro | None:
     """The repro whose runtime source file the refusal names, if any."""
@@ -105,13 +84,8 @@ def repro_for(runtime_message: str) -> RuntimeRepro | None:
     return next((r for r in REPROS if r.ref == ref), None)
 
 
-def build_all(out: Path, backend: str = "vulkan", candidates: bool = False) -> dict[str, Path]:
+def build_all(out: Path, backend: str = "vulkan") -> dict[str, Path]:
     written = {}
-    if candidates:
-        for name, (model, examples) in CANDIDATES.items():
-            torch.manual_seed(0)
-            policy = single_program(name, model(), examples, f"repro-candidate-{name}")
-            written[f"candidate-{name}"] = build(out / f"candidate-{name}", backend, policy)
     for repro in REPROS:
         torch.manual_seed(0)
         name = repro.ref.name
@@ -121,5 +95,5 @@ def build_all(out: Path, backend: str = "vulkan", candidates: bool = False) -> d
 
 
 if __name__ == "__main__":
-    for name, path in build_all(Path(sys.argv[1]), candidates="--candidates" in sys.argv[2:]).items():
+    for name, path in build_all(Path(sys.argv[1])).items():
         print(name, path)
