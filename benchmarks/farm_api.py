@@ -216,14 +216,21 @@ FIRST_PAINT = (
 )
 WATCH = """
 var ids = arguments[0];
+var cellText = function (id) {
+  var td = document.querySelector('td[data-cell="' + id + '"]');
+  return td ? td.textContent : null;
+};
 window.__shown = {};
+var before = {};
+ids.forEach(function (id) { before[id] = cellText(id); });
 new MutationObserver(function () {
   ids.forEach(function (id) {
-    var td = document.querySelector('td[data-cell="' + id + '"]');
-    var done = td && td.textContent.indexOf('⏳') < 0;
+    var text = cellText(id);
+    // shown: the cell's text has changed since the watch began and is no longer pending
+    var done = text !== null && text !== before[id] && text.indexOf('⏳') < 0;
     if (done && window.__shown[id] === undefined) window.__shown[id] = Date.now();
   });
-}).observe(document.getElementById('grid'), {childList: true, subtree: true});
+}).observe(document.getElementById('grid'), {childList: true, subtree: true, characterData: true});
 """
 
 
