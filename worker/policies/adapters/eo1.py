@@ -83,6 +83,7 @@ from worker.policies.adapters._common import (
     build_policy,
     config_dict,
     field_default,
+    recorded_dtypes,
     restore_dtypes,
 )
 from worker.policies.adapters._flow import EulerStep, dynamic_cache, stacked_cache, trace_flow_matching
@@ -137,8 +138,7 @@ def _offline_backbone(dtypes: dict[str, torch.dtype]) -> Any:
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
     def recorded(model: Any) -> Any:
-        dtypes.update({key: value.dtype for key, value in model.named_parameters(remove_duplicate=False)})
-        dtypes.update({key: value.dtype for key, value in model.named_buffers(remove_duplicate=False)})
+        dtypes.update(recorded_dtypes(model))
         return model
 
     class OfflineQwen2_5_VL:

@@ -76,6 +76,7 @@ from worker.policies.adapters._common import (
     config_dict,
     field_default,
     prefix_then_steps_plan,
+    recorded_dtypes,
     restore_dtypes,
 )
 from worker.policies.adapters._core_aten import EMPTY_LIKE_SUBSTITUTION, export_core
@@ -136,8 +137,7 @@ def _offline_auto_model(dtypes: dict[str, torch.dtype]) -> Any:
             name = str(pretrained_model_name_or_path)
             config = InternVLConfig(**copy.deepcopy(known(internvl3.CONFIGS, name)))
             model = AutoModel.from_config(config, dtype=torch_dtype, attn_implementation=attn_implementation)
-            dtypes.update({key: value.dtype for key, value in model.named_parameters(remove_duplicate=False)})
-            dtypes.update({key: value.dtype for key, value in model.named_buffers(remove_duplicate=False)})
+            dtypes.update(recorded_dtypes(model))
             return model
 
     return OfflineAutoModel

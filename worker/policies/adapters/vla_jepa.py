@@ -72,6 +72,7 @@ from worker.policies.adapters._common import (
     build_policy,
     config_dict,
     prefix_then_steps_plan,
+    recorded_dtypes,
     restore_dtypes,
 )
 from worker.policies.adapters._core_aten import EMPTY_LIKE_SUBSTITUTION, export_core
@@ -111,13 +112,6 @@ SUBSTITUTION = (
 )
 
 
-def _recorded(model: Any, dtypes: dict[str, torch.dtype]) -> Any:
-    """``model``, with every parameter's and buffer's dtype recorded in ``dtypes``."""
-    dtypes.update({key: value.dtype for key, value in model.named_parameters(remove_duplicate=False)})
-    dtypes.update({key: value.dtype for key, value in model.named_buffers(remove_duplicate=False)})
-    return model
-
-
 def _offline_qwen3_vl(dtypes: dict[str, torch.dtype]) -> Any:
     """A stand-in for ``Qwen3VLForConditionalGeneration`` whose ``from_pretrained`` builds locally."""
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
@@ -132,7 +126,8 @@ def _offline_qwen3_vl(dtypes: dict[str, torch.dtype]) -> Any:
             name = str(pretrained_model_name_or_path)
             config = Qwen3VLConfig(**copy.deepcopy(known(qwen3_vl.CONFIGS, name)))
             model = Qwen3VLForConditionalGeneration._from_config(config, dtype=torch_dtype)
-            return _recorded(model, dtypes)
+            dtypes.update(recorded_dtypes(model))
+            return model
 
     return OfflineQwen3VL
 
@@ -150,7 +145,9 @@ def _offline_video_encoder(dtypes: dict[str, torch.dtype]) -> Any:
             from the offline config, random weights (``_from_config``) in the dtype asked for."""
             name = str(pretrained_model_name_or_path)
             config = VJEPA2Config(**copy.deepcopy(known(vjepa2.CONFIGS, name)))
-            return _recorded(VJEPA2Model._from_config(config, dtype=torch_dtype), dtypes)
+            model = VJEPA2Model._from_config(config, dtype=torch_dtype)
+            dtypes.update(recorded_dtypes(model))
+            return model
 
     return OfflineAutoModel
 
