@@ -61,8 +61,8 @@ from lerobot.configs import FeatureType
 from worker.fake_weights import is_fake, real_tensors
 from worker.policies.adapters._common import Features, build_policy, config_dict, prefix_then_steps_plan
 from worker.policies.adapters._core_aten import EMPTY_LIKE_SUBSTITUTION, export_core
-from worker.policies.adapters._qwen3_vl import StaticGrid, static_deepstack, static_pos_embed, with_grid
-from worker.policies.adapters._qwen_vl import overridden, placeholder_mask
+from worker.policies.adapters._qwen3_vl import static_pos_embed, static_qwen3_vl
+from worker.policies.adapters._qwen_vl import overridden
 from worker.policies.adapters._randomness import SubstitutionMismatch, replay
 from worker.policies.base import Call, TracedPolicy
 from worker.policies.observation import example_observation, standard_normal
@@ -156,34 +156,15 @@ def static_backbone(
 ) -> Iterator[None]:
     """Inside the block the backbone takes the given position ids, reads the image grid as Python
     counts, and indexes no boolean masks."""
-    qwen = getattr(backbone.model, "model", backbone.model)
-    config = backbone.model.config
-    visual = backbone.visual
-    patches = [t * h * w for t, h, w in image_grid_thw]
-    tokens = [n // visual.spatial_merge_size**2 for n in patches]
-    frames = sum(t for t, _, _ in image_grid_thw)
-
-    def image_features(pixel_values: torch.Tensor, image_grid_thw: torch.Tensor, **kwargs: Any) -> Any:
-        # Qwen3VLModel.get_image_features with the per-image token counts as Python ints.
-        pixel_values = pixel_values.type(visual.dtype)
-        output = visual(pixel_values, grid_thw=image_grid_thw, **{**kwargs, "return_dict": True})
-        output.pooler_output = torch.split(output.pooler_output, tokens)
-        return output
 
     def given_position_ids(model_input: dict[str, Any]) -> None:
         model_input["position_ids"] = position_ids
 
-    overrides: dict[tuple[Any, str], Callable[..., Any]] = {
-        (backbone, "_ensure_legacy_qwen3_position_ids"): given_position_ids,
-        (qwen, "get_placeholder_mask"): placeholder_mask(config),
-        (qwen, "get_image_features"): image_features,
-        (visual, "fast_pos_embed_interpolate"): pos_embed,
-        (visual, "forward"): with_grid(
-            visual.forward, lambda: StaticGrid(patches, "image patch counts", frames)
-        ),
-        (qwen.language_model, "_deepstack_process"): static_deepstack,
-    }
-    with overridden(overrides):
+    qwen = getattr(backbone.model, "model", backbone.model)
+    with (
+        overridden({(backbone, "_ensure_legacy_qwen3_position_ids"): given_position_ids}),
+        static_qwen3_vl(qwen, image_grid_thw, pos_embed),
+    ):
         yield
 
 

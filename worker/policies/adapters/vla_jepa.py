@@ -57,7 +57,7 @@ import contextlib
 import copy
 import dataclasses
 import hashlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,8 +76,7 @@ from worker.policies.adapters._common import (
     restore_dtypes,
 )
 from worker.policies.adapters._core_aten import EMPTY_LIKE_SUBSTITUTION, export_core
-from worker.policies.adapters._qwen3_vl import StaticGrid, static_deepstack, static_pos_embed, with_grid
-from worker.policies.adapters._qwen_vl import overridden, placeholder_mask
+from worker.policies.adapters._qwen3_vl import static_pos_embed, static_qwen3_vl
 from worker.policies.adapters._randomness import SubstitutionMismatch, replay
 from worker.policies.adapters.groot import discretized_times
 from worker.policies.base import Call, TracedPolicy
@@ -188,37 +187,6 @@ def offline_vla_jepa(dtypes: BuiltDtypes) -> Iterator[None]:
         redirected(qwen_interface, {"AutoProcessor": _processor}),
         redirected(modeling_vla_jepa, {"AutoVideoProcessor": _video_processor}),
     ):
-        yield
-
-
-@contextlib.contextmanager
-def static_qwen3_vl(
-    qwen: Any, image_grid_thw: list[list[int]], pos_embed: Callable[..., Any]
-) -> Iterator[None]:
-    """Inside the block the Qwen3-VL model reads the image grid as Python counts and indexes no boolean
-    masks (``qwen`` is the ``Qwen3VLModel``)."""
-    visual = qwen.visual
-    patches = [t * h * w for t, h, w in image_grid_thw]
-    tokens = [n // visual.spatial_merge_size**2 for n in patches]
-    frames = sum(t for t, _, _ in image_grid_thw)
-
-    def image_features(pixel_values: torch.Tensor, image_grid_thw: torch.Tensor, **kwargs: Any) -> Any:
-        # Qwen3VLModel.get_image_features with the per-image token counts as Python ints.
-        pixel_values = pixel_values.type(visual.dtype)
-        output = visual(pixel_values, grid_thw=image_grid_thw, **{**kwargs, "return_dict": True})
-        output.pooler_output = torch.split(output.pooler_output, tokens)
-        return output
-
-    overrides: dict[tuple[Any, str], Callable[..., Any]] = {
-        (qwen, "get_placeholder_mask"): placeholder_mask(qwen.config),
-        (qwen, "get_image_features"): image_features,
-        (visual, "fast_pos_embed_interpolate"): pos_embed,
-        (visual, "forward"): with_grid(
-            visual.forward, lambda: StaticGrid(patches, "image patch counts", frames)
-        ),
-        (qwen.language_model, "_deepstack_process"): static_deepstack,
-    }
-    with overridden(overrides):
         yield
 
 
