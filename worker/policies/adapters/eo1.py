@@ -78,6 +78,7 @@ from lerobot.configs import FeatureType
 from lerobot.utils.constants import OBS_STATE
 
 from worker.fake_weights import is_fake, real_tensors
+from worker.policies.adapters._along_plan import predicted_chunk
 from worker.policies.adapters._common import (
     Features,
     build_policy,
@@ -405,9 +406,7 @@ def trace_eo1_with(
         batch["image_grid_thw"] = torch.tensor(tables.grid, dtype=torch.long)
         batch["mm_token_type_ids"] = (frame["input_ids"] == qwen.config.image_token_id).long()
         batch["state_token_id"], batch["action_token_id"] = prompt.state_token_id, prompt.action_token_id
-        policy.reset()
-        with torch.no_grad(), given_noise(model, frame["noise"]):
-            return {"action": policy.predict_action_chunk(batch)}
+        return predicted_chunk(policy, batch, within=[given_noise(model, frame["noise"])])
 
     return trace_flow_matching(
         "eo1",

@@ -67,6 +67,7 @@ import torch
 from lerobot.configs import FeatureType
 
 from worker.fake_weights import is_fake, real_tensors
+from worker.policies.adapters._along_plan import Program, predicted_chunk, trace_along_plan
 from worker.policies.adapters._common import (
     Features,
     build_policy,
@@ -75,9 +76,8 @@ from worker.policies.adapters._common import (
     recorded_dtypes,
     restore_dtypes,
 )
-from worker.policies.adapters._core_aten import EMPTY_LIKE_SUBSTITUTION, export_core
 from worker.policies.adapters._qwen3_vl import static_pos_embed, static_qwen3_vl
-from worker.policies.adapters._randomness import SubstitutionMismatch, replay
+from worker.policies.adapters._randomness import SubstitutionMismatch
 from worker.policies.adapters.groot import discretized_times
 from worker.policies.base import Call, TracedPolicy
 from worker.policies.observation import example_observation, standard_normal
@@ -342,60 +342,49 @@ def trace_vla_jepa_with(
         return frame
 
     frame0 = make_frame(0)
-    prefix = _Prefix(policy, prompt, image_grid_thw)
-    prefix_args = tuple(frame0[key] for key in PROGRAM_INPUTS)
-    prefix_program, replaced_in_prefix = export_core(
-        "prefix", prefix, prefix_args, PROGRAM_INPUTS, PREFIX_OUTPUTS
-    )
-    fake = is_fake(next(iter(model.parameters())))
-    with torch.no_grad():
-        # Fake weights: the exported program (static split sizes) gives the step's example inputs; the
-        # eager prefix reads per-image counts from fake tensors, which hold no values.
-        conditioning = prefix_program.exported.module()(*prefix_args) if fake else prefix(*prefix_args)
-    if not fake:  # fake weights hold no values to compare: checked with real ones
-        check_static_prefix(policy, observation0, conditioning)
-
     steps = int(config.num_inference_timesteps)
-    times = [
-        torch.full((1,), t, dtype=torch.long)
-        for t in discretized_times(steps, config.action_num_timestep_buckets)
-    ]
-    step = _Step(policy)
-    step_program, replaced_in_step = export_core(
-        "denoise_step",
-        step,
-        (conditioning, frame0["state"], frame0["noise"], times[0]),
-        (*STEP_INPUTS, "actions", "t"),
-        ("actions_next", "chunk"),
-    )
     plan = prefix_then_steps_plan(
         Call("prefix", PROGRAM_INPUTS, PREFIX_OUTPUTS),
         STEP_INPUTS,
         first_sample="noise",
         sample="actions",
         chunk="chunk",
-        times=times,
+        times=[
+            torch.full((1,), t, dtype=torch.long)
+            for t in discretized_times(steps, config.action_num_timestep_buckets)
+        ],
         frame_inputs=(*PROGRAM_INPUTS, "state", "noise"),
     )
+    fake = is_fake(next(iter(model.parameters())))
 
     def eager_chunk(frame: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """``predict_action_chunk`` on the frame's raw observation (the policy tokenizes it itself)."""
         observation = observations.get(_digest(frame["pixel_values"]))
         if observation is None:
             raise KeyError("vla_jepa: eager_chunk takes the frames make_frame made")
-        batch = preprocessor(dict(observation))
-        policy.reset()
-        with torch.no_grad():
-            return {"action": replay(lambda: policy.predict_action_chunk(batch), [frame["noise"]])}
+        return predicted_chunk(policy, preprocessor(dict(observation)), draws=[frame["noise"]])
 
-    return TracedPolicy(
-        policy="vla_jepa",
-        programs=[prefix_program, step_program],
-        plan=plan,
-        eager={"prefix": prefix, "denoise_step": step},
+    return trace_along_plan(
+        "vla_jepa",
+        [
+            # Fake weights: the exported program (static split sizes) gives the step's example inputs; the
+            # eager prefix reads per-image counts from fake tensors, which hold no values. Fake weights hold
+            # no values to compare either: the static prefix is checked with real ones.
+            Program(
+                "prefix",
+                _Prefix(policy, prompt, image_grid_thw),
+                outputs_from="exported" if fake else "eager",
+                check=None if fake else lambda outs: check_static_prefix(policy, observation0, outs[0]),
+            ),
+            Program("denoise_step", _Step(policy), (*STEP_INPUTS, "actions", "t"), ("actions_next", "chunk")),
+        ],
+        plan,
+        frame=frame0,
         make_frame=make_frame,
         eager_chunk=eager_chunk,
-        config=config_dict(
+        seed=seed,
+        checkpoint=checkpoint,
+        config=lambda: config_dict(
             policy,
             task=TASK,
             processor=f"stand-in ({config.qwen_model_name}: Qwen3-VL image processing, tokenizer vocabulary "
@@ -404,10 +393,7 @@ def trace_vla_jepa_with(
             embodied_span=[prompt.start, prompt.end],
             backbone_dtype=str(qwen.get_input_embeddings().weight.dtype),
         ),
-        substitutions=[SUBSTITUTION]
-        + ([EMPTY_LIKE_SUBSTITUTION] if replaced_in_prefix or replaced_in_step else []),
-        seed=seed,
-        checkpoint=None if checkpoint is None else str(checkpoint),
+        substitutions=[SUBSTITUTION],
     )
 
 
