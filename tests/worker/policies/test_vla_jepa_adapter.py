@@ -21,7 +21,7 @@ from test_vla_adapters import check_plan, check_to_edge, data_dependent_ops, tim
 
 from coverfarm.offline_causes import NO_OFFLINE_BUILD
 from worker.policies import registry
-from worker.policies.adapters import vla_jepa
+from worker.policies.adapters import _qwen3_vl, vla_jepa
 from worker.policies.adapters._randomness import SubstitutionMismatch
 from worker.policies.base import TracedPolicy
 from worker.policies.offline import qwen3_vl, vjepa2
@@ -277,12 +277,12 @@ def test_vla_jepa_from_a_saved_checkpoint(small: TracedPolicy, tiny_models: None
 
 
 def test_vla_jepa_static_prefix_is_checked(tiny_models: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = vla_jepa.static_deepstack
+    real = _qwen3_vl.static_deepstack
 
     def shifted(*args: Any) -> torch.Tensor:
         return real(*args) + 1e-1
 
-    monkeypatch.setattr(vla_jepa, "static_deepstack", shifted)
+    monkeypatch.setattr(_qwen3_vl, "static_deepstack", shifted)
     with pytest.raises(SubstitutionMismatch, match="static prefix"):
         vla_jepa.trace_vla_jepa_with(seed=0, checkpoint=None, overrides=OVERRIDES)
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
+from worker.policies.adapters._along_plan import Program, trace_along_plan
 from worker.policies.adapters._common import prefix_then_steps_plan
-from worker.policies.adapters._core_aten import EMPTY_LIKE_SUBSTITUTION, export_core
 from worker.policies.base import Call, TracedPolicy
 from worker.policies.observation import standard_normal
 
@@ -81,44 +81,28 @@ def trace_flow_matching(
         frame["noise"] = standard_normal(noise_shape, seed=seed, index=index, name="noise")
         return frame
 
-    frame = make_frame(0)
-    prefix_args = tuple(frame[key] for key in prefix_inputs)
-    prefix_program, replaced_in_prefix = export_core(
-        "prefix", prefix, prefix_args, prefix_inputs, prefix_outputs
-    )
-    with torch.no_grad():
-        cache = prefix(*prefix_args)
-    times = euler_times(num_steps)
-    step_program, replaced_in_step = export_core(
-        "denoise_step",
-        step,
-        (*cache, frame["noise"], times[0]),
-        (*prefix_outputs, "x", "t"),
-        ("x_next", "action"),
-    )
-    substitutions = list(substitutions)
-    if replaced_in_prefix or replaced_in_step:
-        substitutions.append(EMPTY_LIKE_SUBSTITUTION)
-
     plan = prefix_then_steps_plan(
         Call("prefix", prefix_inputs, prefix_outputs),
         prefix_outputs,
         first_sample="noise",
         sample="x",
         chunk="action",
-        times=times,
+        times=euler_times(num_steps),
     )
-    return TracedPolicy(
-        policy=name,
-        programs=[prefix_program, step_program],
-        plan=plan,
-        eager={"prefix": prefix, "denoise_step": step},
+    return trace_along_plan(
+        name,
+        [
+            Program("prefix", prefix),
+            Program("denoise_step", step, (*prefix_outputs, "x", "t"), ("x_next", "action")),
+        ],
+        plan,
+        frame=make_frame(0),
         make_frame=make_frame,
         eager_chunk=eager_chunk,
+        seed=seed,
+        checkpoint=checkpoint,
         config=config,
         substitutions=substitutions,
-        seed=seed,
-        checkpoint=None if checkpoint is None else str(checkpoint),
         tolerance=tolerance,
     )
 

@@ -1,18 +1,19 @@
 """The Qwen3-VL backbone's data-dependent pieces as static ones for a fixed image grid, shared by the
 adapters on Qwen3-VL (groot on Cosmos-Reason2-2B, vla_jepa on Qwen3-VL-2B): the image grid's counts as
 Python ints, ``fast_pos_embed_interpolate``'s tables as constants, DeepStack's boolean-mask add as a
-``torch.where``."""
+``torch.where``, and ``static_qwen3_vl``, which installs them on a ``Qwen3VLModel``."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
 
 from worker.fake_weights import real_tensors
+from worker.policies.adapters._qwen_vl import overridden, placeholder_mask
 from worker.policies.adapters._randomness import SubstitutionMismatch
 
 
@@ -152,3 +153,34 @@ def with_grid(method: Callable[..., Any], mode: Callable[[], StaticGrid]) -> Cal
             return method(*args, **kwargs)
 
     return call
+
+
+@contextlib.contextmanager
+def static_qwen3_vl(
+    qwen: Any, image_grid_thw: list[list[int]], pos_embed: Callable[..., Any]
+) -> Iterator[None]:
+    """Inside the block the Qwen3-VL model reads the image grid as Python counts and indexes no boolean
+    masks (``qwen`` is the ``Qwen3VLModel``; ``pos_embed`` its ``static_pos_embed``)."""
+    visual = qwen.visual
+    patches = [t * h * w for t, h, w in image_grid_thw]
+    tokens = [n // visual.spatial_merge_size**2 for n in patches]
+    frames = sum(t for t, _, _ in image_grid_thw)
+
+    def image_features(pixel_values: torch.Tensor, image_grid_thw: torch.Tensor, **kwargs: Any) -> Any:
+        # Qwen3VLModel.get_image_features with the per-image token counts as Python ints.
+        pixel_values = pixel_values.type(visual.dtype)
+        output = visual(pixel_values, grid_thw=image_grid_thw, **{**kwargs, "return_dict": True})
+        output.pooler_output = torch.split(output.pooler_output, tokens)
+        return output
+
+    overrides: dict[tuple[Any, str], Callable[..., Any]] = {
+        (qwen, "get_placeholder_mask"): placeholder_mask(qwen.config),
+        (qwen, "get_image_features"): image_features,
+        (visual, "fast_pos_embed_interpolate"): pos_embed,
+        (visual, "forward"): with_grid(
+            visual.forward, lambda: StaticGrid(patches, "image patch counts", frames)
+        ),
+        (qwen.language_model, "_deepstack_process"): static_deepstack,
+    }
+    with overridden(overrides):
+        yield

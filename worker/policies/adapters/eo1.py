@@ -78,11 +78,13 @@ from lerobot.configs import FeatureType
 from lerobot.utils.constants import OBS_STATE
 
 from worker.fake_weights import is_fake, real_tensors
+from worker.policies.adapters._along_plan import predicted_chunk
 from worker.policies.adapters._common import (
     Features,
     build_policy,
     config_dict,
     field_default,
+    recorded_dtypes,
     restore_dtypes,
 )
 from worker.policies.adapters._flow import EulerStep, dynamic_cache, stacked_cache, trace_flow_matching
@@ -137,8 +139,7 @@ def _offline_backbone(dtypes: dict[str, torch.dtype]) -> Any:
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
     def recorded(model: Any) -> Any:
-        dtypes.update({key: value.dtype for key, value in model.named_parameters(remove_duplicate=False)})
-        dtypes.update({key: value.dtype for key, value in model.named_buffers(remove_duplicate=False)})
+        dtypes.update(recorded_dtypes(model))
         return model
 
     class OfflineQwen2_5_VL:
@@ -405,9 +406,7 @@ def trace_eo1_with(
         batch["image_grid_thw"] = torch.tensor(tables.grid, dtype=torch.long)
         batch["mm_token_type_ids"] = (frame["input_ids"] == qwen.config.image_token_id).long()
         batch["state_token_id"], batch["action_token_id"] = prompt.state_token_id, prompt.action_token_id
-        policy.reset()
-        with torch.no_grad(), given_noise(model, frame["noise"]):
-            return {"action": policy.predict_action_chunk(batch)}
+        return predicted_chunk(policy, batch, within=[given_noise(model, frame["noise"])])
 
     return trace_flow_matching(
         "eo1",

@@ -70,17 +70,18 @@ from lerobot.configs import FeatureType
 from lerobot.utils.constants import OBS_STATE
 
 from worker.fake_weights import is_fake, real_tensors
+from worker.policies.adapters._along_plan import Program, predicted_chunk, trace_along_plan
 from worker.policies.adapters._common import (
     Features,
     build_policy,
     config_dict,
     field_default,
     prefix_then_steps_plan,
+    recorded_dtypes,
     restore_dtypes,
 )
-from worker.policies.adapters._core_aten import EMPTY_LIKE_SUBSTITUTION, export_core
 from worker.policies.adapters._qwen_vl import overridden
-from worker.policies.adapters._randomness import SubstitutionMismatch, replay
+from worker.policies.adapters._randomness import SubstitutionMismatch
 from worker.policies.base import Call, TracedPolicy
 from worker.policies.observation import example_observation, frame_generator
 from worker.policies.offline import internvl3
@@ -136,8 +137,7 @@ def _offline_auto_model(dtypes: dict[str, torch.dtype]) -> Any:
             name = str(pretrained_model_name_or_path)
             config = InternVLConfig(**copy.deepcopy(known(internvl3.CONFIGS, name)))
             model = AutoModel.from_config(config, dtype=torch_dtype, attn_implementation=attn_implementation)
-            dtypes.update({key: value.dtype for key, value in model.named_parameters(remove_duplicate=False)})
-            dtypes.update({key: value.dtype for key, value in model.named_buffers(remove_duplicate=False)})
+            dtypes.update(recorded_dtypes(model))
             return model
 
     return OfflineAutoModel
@@ -388,50 +388,38 @@ def trace_evo1_with(
         return frame
 
     frame0 = make_frame(0)
-    prefix = _Prefix(policy, prompt)
-    prefix_args = tuple(frame0[key] for key in PREFIX_INPUTS)
-    prefix_program, replaced_in_prefix = export_core(
-        "prefix", prefix, prefix_args, PREFIX_INPUTS, PREFIX_OUTPUTS
-    )
-    with torch.no_grad():
-        context = prefix(*prefix_args)
-    if not is_fake(
-        head.seq_pool_proj.weight
-    ):  # fake weights hold no values to compare: checked with real ones
-        check_static_prefix(policy, frame0, context)
-    times = [torch.tensor([index], dtype=torch.long) for index in time_indices(steps)]
-    step = _Step(policy)
-    step_program, replaced_in_step = export_core(
-        "denoise_step",
-        step,
-        (*context, times[0]),
-        (*PREFIX_OUTPUTS[:2], "x", "t"),
-        ("x_next", "action"),
-    )
     plan = prefix_then_steps_plan(
         Call("prefix", PREFIX_INPUTS, PREFIX_OUTPUTS),
         PREFIX_OUTPUTS[:2],
         first_sample=PREFIX_OUTPUTS[2],
         sample="x",
         chunk="action",
-        times=times,
+        times=[torch.tensor([index], dtype=torch.long) for index in time_indices(steps)],
         frame_inputs=PREFIX_INPUTS,  # the prefix reads the noise itself
     )
+    # Fake weights hold no values to compare: the static prefix is checked with real ones.
+    fake = is_fake(head.seq_pool_proj.weight)
 
     def eager_chunk(frame: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        batch = _observation(policy, frame)
-        policy.reset()
-        with torch.no_grad():
-            return {"action": replay(lambda: policy.predict_action_chunk(batch), [frame["noise"]])}
+        return predicted_chunk(policy, _observation(policy, frame), draws=[frame["noise"]])
 
-    return TracedPolicy(
-        policy="evo1",
-        programs=[prefix_program, step_program],
-        plan=plan,
-        eager={"prefix": prefix, "denoise_step": step},
+    return trace_along_plan(
+        "evo1",
+        [
+            Program(
+                "prefix",
+                _Prefix(policy, prompt),
+                check=None if fake else lambda context: check_static_prefix(policy, frame0, context),
+            ),
+            Program("denoise_step", _Step(policy), (*PREFIX_OUTPUTS[:2], "x", "t"), ("x_next", "action")),
+        ],
+        plan,
+        frame=frame0,
         make_frame=make_frame,
         eager_chunk=eager_chunk,
-        config=config_dict(
+        seed=seed,
+        checkpoint=checkpoint,
+        config=lambda: config_dict(
             policy,
             task=TASK,
             tokenizer=f"stand-in ({config.vlm_model_name}: vocabulary {internvl3.WORDS.vocab_size}, "
@@ -441,10 +429,7 @@ def trace_evo1_with(
             embedder_dtype=str(embedder.model_dtype),
             embedder_text_layers=len(embedder.model.language_model.layers),
         ),
-        substitutions=[SUBSTITUTION]
-        + ([EMPTY_LIKE_SUBSTITUTION] if replaced_in_prefix or replaced_in_step else []),
-        seed=seed,
-        checkpoint=None if checkpoint is None else str(checkpoint),
+        substitutions=[SUBSTITUTION],
     )
 
 

@@ -72,6 +72,7 @@ from lerobot.utils.constants import OBS_STATE
 
 from worker.fake_weights import is_fake, real_tensors
 from worker.policies.adapters import _wan
+from worker.policies.adapters._along_plan import Program, predicted_chunk, trace_along_plan
 from worker.policies.adapters._common import (
     Features,
     build_policy,
@@ -80,8 +81,7 @@ from worker.policies.adapters._common import (
     recorded_dtypes,
     restore_dtypes,
 )
-from worker.policies.adapters._core_aten import EMPTY_LIKE_SUBSTITUTION, export_core
-from worker.policies.adapters._randomness import SubstitutionMismatch, replay
+from worker.policies.adapters._randomness import SubstitutionMismatch
 from worker.policies.base import Call, TracedPolicy
 from worker.policies.observation import example_observation, standard_normal
 from worker.policies.offline import wan2_2
@@ -431,23 +431,6 @@ def trace_fastwam_with(
     # under fake weights the constructor built it as a fake tensor, which export refuses. It is the same
     # table (checked equal with real weights) built on the host.
     model.video_expert.freqs = rotary.video_freqs
-    prefix = _Prefix(policy, rotary)
-    prefix_args = tuple(frame0[key] for key in PROGRAM_INPUTS)
-    prefix_program, replaced_in_prefix = export_core(
-        "prefix", prefix, prefix_args, PROGRAM_INPUTS, PREFIX_OUTPUTS
-    )
-    with torch.no_grad():
-        cache = prefix(*prefix_args)
-    if not is_fake(model.proprio_encoder.weight):  # fake weights hold no values: checked with real ones
-        check_static_prefix(policy, frame0, prompt, cache)
-    step = _Step(policy, rotary)
-    step_program, replaced_in_step = export_core(
-        "denoise_step",
-        step,
-        (*cache, frame0["noise"], step_times[0], step_deltas[0]),
-        (*PREFIX_OUTPUTS, "x", "t", "dt"),
-        ("x_next", "action"),
-    )
     plan = prefix_then_steps_plan(
         Call("prefix", PROGRAM_INPUTS, PREFIX_OUTPUTS),
         PREFIX_OUTPUTS,
@@ -457,22 +440,34 @@ def trace_fastwam_with(
         times=step_times,
         per_step={"dt": step_deltas},
     )
+    fake = is_fake(model.proprio_encoder.weight)  # fake weights hold no values: checked with real ones
 
     def eager_chunk(frame: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         batch: dict[str, Any] = {key: frame[key] for key in (*CAMERAS, OBS_STATE)}
         batch["task"] = TASK
-        policy.reset()
-        with torch.no_grad(), _wan.cuda_fp32_autocast_on_cpu():
-            return {"action": replay(lambda: policy.predict_action_chunk(batch), [frame["noise"]])}
+        return predicted_chunk(
+            policy, batch, draws=[frame["noise"]], within=[_wan.cuda_fp32_autocast_on_cpu()]
+        )
 
-    return TracedPolicy(
-        policy="fastwam",
-        programs=[prefix_program, step_program],
-        plan=plan,
-        eager={"prefix": prefix, "denoise_step": step},
+    return trace_along_plan(
+        "fastwam",
+        [
+            Program(
+                "prefix",
+                _Prefix(policy, rotary),
+                check=None if fake else lambda cache: check_static_prefix(policy, frame0, prompt, cache),
+            ),
+            Program(
+                "denoise_step", _Step(policy, rotary), (*PREFIX_OUTPUTS, "x", "t", "dt"), ("x_next", "action")
+            ),
+        ],
+        plan,
+        frame=frame0,
         make_frame=make_frame,
         eager_chunk=eager_chunk,
-        config=config_dict(
+        seed=seed,
+        checkpoint=checkpoint,
+        config=lambda: config_dict(
             policy,
             task=TASK,
             vae=f"{wan2_2.WAN2_2_TI2V_5B_DIFFUSERS} vae (published config, random weights)",
@@ -482,10 +477,7 @@ def trace_fastwam_with(
             video_token_grid=list(grid),
             model_dtype=str(model.torch_dtype),
         ),
-        substitutions=SUBSTITUTIONS
-        + ([EMPTY_LIKE_SUBSTITUTION] if replaced_in_prefix or replaced_in_step else []),
-        seed=seed,
-        checkpoint=None if checkpoint is None else str(checkpoint),
+        substitutions=SUBSTITUTIONS,
     )
 
 

@@ -59,11 +59,11 @@ import torch
 from lerobot.configs import FeatureType
 
 from worker.fake_weights import is_fake, real_tensors
+from worker.policies.adapters._along_plan import Program, predicted_chunk, trace_along_plan
 from worker.policies.adapters._common import Features, build_policy, config_dict, prefix_then_steps_plan
-from worker.policies.adapters._core_aten import EMPTY_LIKE_SUBSTITUTION, export_core
-from worker.policies.adapters._qwen3_vl import StaticGrid, static_deepstack, static_pos_embed, with_grid
-from worker.policies.adapters._qwen_vl import overridden, placeholder_mask
-from worker.policies.adapters._randomness import SubstitutionMismatch, replay
+from worker.policies.adapters._qwen3_vl import static_pos_embed, static_qwen3_vl
+from worker.policies.adapters._qwen_vl import overridden
+from worker.policies.adapters._randomness import SubstitutionMismatch
 from worker.policies.base import Call, TracedPolicy
 from worker.policies.observation import example_observation, standard_normal
 from worker.policies.offline import cosmos_reason2
@@ -156,34 +156,15 @@ def static_backbone(
 ) -> Iterator[None]:
     """Inside the block the backbone takes the given position ids, reads the image grid as Python
     counts, and indexes no boolean masks."""
-    qwen = getattr(backbone.model, "model", backbone.model)
-    config = backbone.model.config
-    visual = backbone.visual
-    patches = [t * h * w for t, h, w in image_grid_thw]
-    tokens = [n // visual.spatial_merge_size**2 for n in patches]
-    frames = sum(t for t, _, _ in image_grid_thw)
-
-    def image_features(pixel_values: torch.Tensor, image_grid_thw: torch.Tensor, **kwargs: Any) -> Any:
-        # Qwen3VLModel.get_image_features with the per-image token counts as Python ints.
-        pixel_values = pixel_values.type(visual.dtype)
-        output = visual(pixel_values, grid_thw=image_grid_thw, **{**kwargs, "return_dict": True})
-        output.pooler_output = torch.split(output.pooler_output, tokens)
-        return output
 
     def given_position_ids(model_input: dict[str, Any]) -> None:
         model_input["position_ids"] = position_ids
 
-    overrides: dict[tuple[Any, str], Callable[..., Any]] = {
-        (backbone, "_ensure_legacy_qwen3_position_ids"): given_position_ids,
-        (qwen, "get_placeholder_mask"): placeholder_mask(config),
-        (qwen, "get_image_features"): image_features,
-        (visual, "fast_pos_embed_interpolate"): pos_embed,
-        (visual, "forward"): with_grid(
-            visual.forward, lambda: StaticGrid(patches, "image patch counts", frames)
-        ),
-        (qwen.language_model, "_deepstack_process"): static_deepstack,
-    }
-    with overridden(overrides):
+    qwen = getattr(backbone.model, "model", backbone.model)
+    with (
+        overridden({(backbone, "_ensure_legacy_qwen3_position_ids"): given_position_ids}),
+        static_qwen3_vl(qwen, image_grid_thw, pos_embed),
+    ):
         yield
 
 
@@ -318,50 +299,34 @@ def trace_groot_with(
     if image_tokens != sum(t * h * w for t, h, w in image_grid_thw) // merge:
         raise ValueError(f"groot: {image_tokens} image tokens in the prompt for grids {image_grid_thw}")
 
-    backbone = _Backbone(policy, image_grid_thw)
-    inputs = tuple(batch0[key] for key in PROGRAM_INPUTS)
-    backbone_program, replaced_in_backbone = export_core(
-        "backbone", backbone, inputs, PROGRAM_INPUTS, BACKBONE_OUTPUTS
-    )
     fake = is_fake(next(iter(model.parameters())))
-    with torch.no_grad():
-        # Fake weights: the exported program (static split sizes) gives the step's example inputs; the
-        # eager backbone reads per-image counts from fake tensors, which hold no values.
-        features = tuple(backbone_program.exported.module()(*inputs) if fake else backbone(*inputs))
-    if not fake:  # fake weights hold no values to compare: checked with real weights
-        check_static_backbone(policy, batch0, features)
-    dtype = features[0].dtype
     steps = int(head.num_inference_timesteps)
     noise_shape = (1, head.action_horizon, head.action_dim)
     horizon = policy._resolve_prediction_horizon(torch.empty(noise_shape, device="meta"))
     action_dim = config.output_features["action"].shape[0]
+    noise_dtype: list[torch.dtype] = []  # the backbone features': get_action_with_features draws in it
 
     def make_frame(index: int) -> dict[str, torch.Tensor]:
         batch = batch0 if index == 0 else preprocess(index)
         frame = {key: batch[key] for key in PROGRAM_INPUTS}
-        frame["noise"] = standard_normal(noise_shape, seed=seed, index=index, name="noise").to(dtype)
+        frame["noise"] = standard_normal(noise_shape, seed=seed, index=index, name="noise").to(noise_dtype[0])
         return frame
 
-    frame0 = make_frame(0)
-    times = [
-        torch.full((1,), t, dtype=torch.long) for t in discretized_times(steps, head.num_timestep_buckets)
-    ]
-    step = _Step(policy, horizon, action_dim)
-    step_inputs = (*BACKBONE_OUTPUTS, "embodiment_id", "actions", "t")
-    step_program, replaced_in_step = export_core(
-        "denoise_step",
-        step,
-        (*features, frame0["embodiment_id"], frame0["noise"], times[0]),
-        step_inputs,
-        ("actions_next", "chunk"),
-    )
+    def step_example(env: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        """The backbone's features, frame 0's embodiment and noise (in the features' dtype), ``t.00``."""
+        noise_dtype.append(env[BACKBONE_OUTPUTS[0]].dtype)
+        features = tuple(env[key] for key in BACKBONE_OUTPUTS)
+        return (*features, env["embodiment_id"], make_frame(0)["noise"], env["t.00"])
+
     plan = prefix_then_steps_plan(
         Call("backbone", PROGRAM_INPUTS, BACKBONE_OUTPUTS),
         (*BACKBONE_OUTPUTS, "embodiment_id"),
         first_sample="noise",
         sample="actions",
         chunk="chunk",
-        times=times,
+        times=[
+            torch.full((1,), t, dtype=torch.long) for t in discretized_times(steps, head.num_timestep_buckets)
+        ],
     )
 
     def eager_chunk(frame: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -370,18 +335,35 @@ def trace_groot_with(
             for key in ("input_ids", "attention_mask", "pixel_values", "state", "embodiment_id")
         }
         batch["image_grid_thw"] = torch.tensor(image_grid_thw, dtype=torch.long)
-        policy.reset()
-        with torch.no_grad():
-            return {"action": replay(lambda: policy.predict_action_chunk(batch), [frame["noise"]])}
+        return predicted_chunk(policy, batch, draws=[frame["noise"]])
 
-    return TracedPolicy(
-        policy="groot",
-        programs=[backbone_program, step_program],
-        plan=plan,
-        eager={"backbone": backbone, "denoise_step": step},
+    return trace_along_plan(
+        "groot",
+        [
+            # Fake weights: the exported program (static split sizes) gives the step's example inputs; the
+            # eager backbone reads per-image counts from fake tensors, which hold no values. Fake weights
+            # hold no values to compare either: the static backbone is checked with real weights.
+            Program(
+                "backbone",
+                _Backbone(policy, image_grid_thw),
+                outputs_from="exported" if fake else "eager",
+                check=None if fake else lambda features: check_static_backbone(policy, batch0, features),
+            ),
+            Program(
+                "denoise_step",
+                _Step(policy, horizon, action_dim),
+                (*BACKBONE_OUTPUTS, "embodiment_id", "actions", "t"),
+                ("actions_next", "chunk"),
+                example=step_example,
+            ),
+        ],
+        plan,
+        frame={key: batch0[key] for key in PROGRAM_INPUTS},
         make_frame=make_frame,
         eager_chunk=eager_chunk,
-        config=config_dict(
+        seed=seed,
+        checkpoint=checkpoint,
+        config=lambda: config_dict(
             policy,
             task=TASK,
             model=GROOT_N1_7_3B,
@@ -390,10 +372,7 @@ def trace_groot_with(
             f"vocabulary {cosmos_reason2.TOKENIZER.vocab_size})",
             image_grid_thw=image_grid_thw,
         ),
-        substitutions=[SUBSTITUTION]
-        + ([EMPTY_LIKE_SUBSTITUTION] if replaced_in_backbone or replaced_in_step else []),
-        seed=seed,
-        checkpoint=None if checkpoint is None else str(checkpoint),
+        substitutions=[SUBSTITUTION],
     )
 
 

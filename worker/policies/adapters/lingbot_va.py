@@ -67,15 +67,11 @@ from lerobot.configs import FeatureType
 
 from worker.fake_weights import is_fake, real_tensors
 from worker.policies.adapters import _wan
-from worker.policies.adapters._common import (
-    Features,
-    build_policy,
-    config_dict,
-)
-from worker.policies.adapters._core_aten import EMPTY_LIKE_SUBSTITUTION, export_core
+from worker.policies.adapters._along_plan import Program, predicted_chunk, trace_along_plan
+from worker.policies.adapters._common import Features, build_policy, config_dict
 from worker.policies.adapters._qwen_vl import overridden
-from worker.policies.adapters._randomness import SubstitutionMismatch, replay
-from worker.policies.base import Call, ChunkPlan, TracedPolicy, TracedProgram
+from worker.policies.adapters._randomness import SubstitutionMismatch
+from worker.policies.base import Call, ChunkPlan, TracedPolicy
 from worker.policies.observation import example_observation, standard_normal
 from worker.policies.offline import wan2_2
 from worker.policies.offline.hub import known
@@ -647,47 +643,29 @@ def trace_lingbot_va_with(
             frame[name] = standard_normal(shape, seed=seed, index=index, name=name).to(policy.dtype)
         return frame
 
-    frame0 = make_frame(0)
-    modules: dict[str, torch.nn.Module] = {
-        "text_encoder": _TextEncoder(policy),
-        "encode_frame": _EncodeFrame(policy),
-        "video_step": _VideoPass(policy, layout, write=False),
-        "video_cache": _VideoPass(policy, layout, write=True),
-        "action_step": _ActionPass(policy, layout, write=False),
-        "action_cache": _ActionPass(policy, layout, write=True),
-    }
-    plan = first_chunk_plan(layout)
-    programs: dict[str, TracedProgram] = {}
-    replaced = False
-    env: dict[str, torch.Tensor] = {**plan.constants, **frame0}
-    for call in plan.calls:
-        args = tuple(env[name] for name in call.inputs)
-        if call.program not in programs:
-            program, empty_like = export_core(
-                call.program, modules[call.program], args, call.inputs, call.outputs
-            )
-            programs[call.program] = program
-            replaced = replaced or empty_like
-        with torch.no_grad():
-            outs = modules[call.program](*args)
-        env.update(zip(call.outputs, outs if isinstance(outs, tuple) else (outs,), strict=True))
-
     def eager_chunk(frame: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         batch: dict[str, Any] = {key: frame[key] for key in CAMERAS}
         batch["task"] = TASK
-        policy.reset()
-        draws = [frame["noise_latents"], frame["noise_actions"]]
-        with torch.no_grad():
-            return {"action": replay(lambda: policy.predict_action_chunk(batch), draws)}
+        return predicted_chunk(policy, batch, draws=[frame["noise_latents"], frame["noise_actions"]])
 
-    traced = TracedPolicy(
-        policy="lingbot_va",
-        programs=[programs[name] for name in modules],
-        plan=plan,
-        eager={name: module for name, module in modules.items()},
+    frame0 = make_frame(0)
+    traced = trace_along_plan(
+        "lingbot_va",
+        [
+            Program("text_encoder", _TextEncoder(policy)),
+            Program("encode_frame", _EncodeFrame(policy)),
+            Program("video_step", _VideoPass(policy, layout, write=False)),
+            Program("video_cache", _VideoPass(policy, layout, write=True)),
+            Program("action_step", _ActionPass(policy, layout, write=False)),
+            Program("action_cache", _ActionPass(policy, layout, write=True)),
+        ],
+        first_chunk_plan(layout),
+        frame=frame0,
         make_frame=make_frame,
         eager_chunk=eager_chunk,
-        config=config_dict(
+        seed=seed,
+        checkpoint=checkpoint,
+        config=lambda: config_dict(
             policy,
             task=TASK,
             chunk="the first chunk of an episode (empty key/value cache, prompt encoded)",
@@ -696,9 +674,7 @@ def trace_lingbot_va_with(
             latent_shape=list(layout.latent_shape),
             action_shape=list(layout.action_shape),
         ),
-        substitutions=SUBSTITUTIONS + ([EMPTY_LIKE_SUBSTITUTION] if replaced else []),
-        seed=seed,
-        checkpoint=None if checkpoint is None else str(checkpoint),
+        substitutions=SUBSTITUTIONS,
     )
     if not is_fake(policy.transformer.proj_out.weight):  # fake weights hold no values: checked with real ones
         check_static_chunk(policy, traced, frame0)

@@ -26,6 +26,7 @@ import torch
 from lerobot.configs import FeatureType
 from lerobot.utils.constants import OBS_LANGUAGE_ATTENTION_MASK, OBS_LANGUAGE_TOKENS
 
+from worker.policies.adapters._along_plan import predicted_chunk
 from worker.policies.adapters._common import Features, build_policy, config_dict
 from worker.policies.adapters._flow import EulerStep, dynamic_cache, stacked_cache, trace_flow_matching
 from worker.policies.base import TracedPolicy
@@ -113,10 +114,7 @@ def trace_openpi(
         return v_t
 
     def eager_chunk(frame: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        batch = {key: frame[key] for key in names}
-        policy.reset()
-        with torch.no_grad():
-            return {"action": policy.predict_action_chunk(batch, noise=frame["noise"])}
+        return predicted_chunk(policy, {key: frame[key] for key in names}, noise=frame["noise"])
 
     return trace_flow_matching(
         policy_type,

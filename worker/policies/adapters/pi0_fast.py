@@ -75,8 +75,8 @@ from lerobot.configs import FeatureType
 from lerobot.utils.constants import OBS_LANGUAGE_ATTENTION_MASK, OBS_LANGUAGE_TOKENS, OBS_STATE
 
 from worker.fake_weights import real_tensors
+from worker.policies.adapters._along_plan import Program, trace_along_plan
 from worker.policies.adapters._common import Features, build_policy, config_dict
-from worker.policies.adapters._core_aten import EMPTY_LIKE_SUBSTITUTION, export_core
 from worker.policies.adapters._flow import stacked_cache
 from worker.policies.base import Call, ChunkPlan, TracedPolicy
 from worker.policies.observation import example_observation
@@ -327,28 +327,11 @@ def trace_pi0_fast_with(
     image_tokens = (vision.image_size // vision.patch_size) ** 2
     prefix_length = images * image_tokens + config.tokenizer_max_length + 1  # + BOS
     cache_length = prefix_length + max_steps - 1
-    prefix = _Prefix(policy, names, cache_length, max_steps - 1)
     end_of_action = int(tokenizer.convert_tokens_to_ids(fast_tokenizer.END_OF_ACTION))
-    step = _DecodeStep(policy, prefix_length, end_of_action)
-    prefix_args = tuple(frame0[key] for key in names)
-    prefix_program, replaced_in_prefix = export_core("prefix", prefix, prefix_args, names, PREFIX_OUTPUTS)
-    with torch.no_grad():
-        state = tuple(prefix_program.exported.module()(*prefix_args))
-    if state[0].shape[3] != cache_length:
-        raise ValueError(f"pi0_fast: the prefix caches {state[0].shape[3]} positions, not {cache_length}")
-    plan = decode_plan(names, max_steps - 1)
-    programs = [prefix_program]
-    replaced = replaced_in_prefix
-    if max_steps > 1:
-        step_program, replaced_in_step = export_core(
-            "decode_step",
-            step,
-            (*state, plan.constants["t.001"]),
-            (*CACHE, "tokens", "token", "t"),
-            STEP_OUTPUTS,
-        )
-        programs.append(step_program)
-        replaced = replaced or replaced_in_step
+
+    def check_cache(state: tuple[torch.Tensor, ...]) -> None:
+        if state[0].shape[3] != cache_length:
+            raise ValueError(f"pi0_fast: the prefix caches {state[0].shape[3]} positions, not {cache_length}")
 
     def eager_chunk(frame: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         batch = {key: frame[key] for key in names}
@@ -356,14 +339,30 @@ def trace_pi0_fast_with(
         with torch.no_grad():
             return {"action_tokens": policy_tokens(policy, batch)}
 
-    return TracedPolicy(
-        policy="pi0_fast",
-        programs=programs,
-        plan=plan,
-        eager={"prefix": prefix, "decode_step": step},
+    return trace_along_plan(
+        "pi0_fast",
+        [
+            Program(
+                "prefix",
+                _Prefix(policy, names, cache_length, max_steps - 1),
+                output_names=PREFIX_OUTPUTS,
+                outputs_from="exported",
+                check=check_cache,
+            ),
+            Program(
+                "decode_step",
+                _DecodeStep(policy, prefix_length, end_of_action),
+                (*CACHE, "tokens", "token", "t"),
+                STEP_OUTPUTS,
+            ),
+        ],
+        decode_plan(names, max_steps - 1),
+        frame=frame0,
         make_frame=make_observation,
         eager_chunk=eager_chunk,
-        config=config_dict(
+        seed=seed,
+        checkpoint=checkpoint,
+        config=lambda: config_dict(
             policy,
             task=TASK,
             tokenizer=f"stand-in ({paligemma.PALIGEMMA_3B}: vocabulary {paligemma.PALIGEMMA_VOCAB}, "
@@ -375,9 +374,7 @@ def trace_pi0_fast_with(
             cache_length=cache_length,
             end_of_action_id=end_of_action,
         ),
-        substitutions=[SUBSTITUTION] + ([EMPTY_LIKE_SUBSTITUTION] if replaced else []),
-        seed=seed,
-        checkpoint=None if checkpoint is None else str(checkpoint),
+        substitutions=[SUBSTITUTION],
     )
 
 

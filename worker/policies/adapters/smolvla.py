@@ -32,6 +32,7 @@ from lerobot.utils.constants import OBS_LANGUAGE_ATTENTION_MASK, OBS_LANGUAGE_TO
 from transformers import SmolVLMConfig
 
 from worker.fake_weights import is_fake
+from worker.policies.adapters._along_plan import predicted_chunk
 from worker.policies.adapters._common import Features, build_policy, config_dict
 from worker.policies.adapters._flow import EulerStep, dynamic_cache, stacked_cache, trace_flow_matching
 from worker.policies.adapters._randomness import SubstitutionMismatch
@@ -214,13 +215,9 @@ def trace_smolvla_with(
         return v_t
 
     def eager_chunk(frame: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        embeddings = model.vlm_with_expert.get_vlm_model().vision_model.embeddings
         batch = {key: frame[key] for key in names}
-        policy.reset()
-        with (
-            torch.no_grad(),
-            original_embeddings(model.vlm_with_expert.get_vlm_model().vision_model.embeddings),
-        ):
-            return {"action": policy.predict_action_chunk(batch, noise=frame["noise"])}
+        return predicted_chunk(policy, batch, noise=frame["noise"], within=[original_embeddings(embeddings)])
 
     return trace_flow_matching(
         "smolvla",

@@ -57,7 +57,7 @@ import contextlib
 import copy
 import dataclasses
 import hashlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,17 +67,17 @@ import torch
 from lerobot.configs import FeatureType
 
 from worker.fake_weights import is_fake, real_tensors
+from worker.policies.adapters._along_plan import Program, predicted_chunk, trace_along_plan
 from worker.policies.adapters._common import (
     Features,
     build_policy,
     config_dict,
     prefix_then_steps_plan,
+    recorded_dtypes,
     restore_dtypes,
 )
-from worker.policies.adapters._core_aten import EMPTY_LIKE_SUBSTITUTION, export_core
-from worker.policies.adapters._qwen3_vl import StaticGrid, static_deepstack, static_pos_embed, with_grid
-from worker.policies.adapters._qwen_vl import overridden, placeholder_mask
-from worker.policies.adapters._randomness import SubstitutionMismatch, replay
+from worker.policies.adapters._qwen3_vl import static_pos_embed, static_qwen3_vl
+from worker.policies.adapters._randomness import SubstitutionMismatch
 from worker.policies.adapters.groot import discretized_times
 from worker.policies.base import Call, TracedPolicy
 from worker.policies.observation import example_observation, standard_normal
@@ -111,13 +111,6 @@ SUBSTITUTION = (
 )
 
 
-def _recorded(model: Any, dtypes: dict[str, torch.dtype]) -> Any:
-    """``model``, with every parameter's and buffer's dtype recorded in ``dtypes``."""
-    dtypes.update({key: value.dtype for key, value in model.named_parameters(remove_duplicate=False)})
-    dtypes.update({key: value.dtype for key, value in model.named_buffers(remove_duplicate=False)})
-    return model
-
-
 def _offline_qwen3_vl(dtypes: dict[str, torch.dtype]) -> Any:
     """A stand-in for ``Qwen3VLForConditionalGeneration`` whose ``from_pretrained`` builds locally."""
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
@@ -132,7 +125,8 @@ def _offline_qwen3_vl(dtypes: dict[str, torch.dtype]) -> Any:
             name = str(pretrained_model_name_or_path)
             config = Qwen3VLConfig(**copy.deepcopy(known(qwen3_vl.CONFIGS, name)))
             model = Qwen3VLForConditionalGeneration._from_config(config, dtype=torch_dtype)
-            return _recorded(model, dtypes)
+            dtypes.update(recorded_dtypes(model))
+            return model
 
     return OfflineQwen3VL
 
@@ -150,7 +144,9 @@ def _offline_video_encoder(dtypes: dict[str, torch.dtype]) -> Any:
             from the offline config, random weights (``_from_config``) in the dtype asked for."""
             name = str(pretrained_model_name_or_path)
             config = VJEPA2Config(**copy.deepcopy(known(vjepa2.CONFIGS, name)))
-            return _recorded(VJEPA2Model._from_config(config, dtype=torch_dtype), dtypes)
+            model = VJEPA2Model._from_config(config, dtype=torch_dtype)
+            dtypes.update(recorded_dtypes(model))
+            return model
 
     return OfflineAutoModel
 
@@ -191,37 +187,6 @@ def offline_vla_jepa(dtypes: BuiltDtypes) -> Iterator[None]:
         redirected(qwen_interface, {"AutoProcessor": _processor}),
         redirected(modeling_vla_jepa, {"AutoVideoProcessor": _video_processor}),
     ):
-        yield
-
-
-@contextlib.contextmanager
-def static_qwen3_vl(
-    qwen: Any, image_grid_thw: list[list[int]], pos_embed: Callable[..., Any]
-) -> Iterator[None]:
-    """Inside the block the Qwen3-VL model reads the image grid as Python counts and indexes no boolean
-    masks (``qwen`` is the ``Qwen3VLModel``)."""
-    visual = qwen.visual
-    patches = [t * h * w for t, h, w in image_grid_thw]
-    tokens = [n // visual.spatial_merge_size**2 for n in patches]
-    frames = sum(t for t, _, _ in image_grid_thw)
-
-    def image_features(pixel_values: torch.Tensor, image_grid_thw: torch.Tensor, **kwargs: Any) -> Any:
-        # Qwen3VLModel.get_image_features with the per-image token counts as Python ints.
-        pixel_values = pixel_values.type(visual.dtype)
-        output = visual(pixel_values, grid_thw=image_grid_thw, **{**kwargs, "return_dict": True})
-        output.pooler_output = torch.split(output.pooler_output, tokens)
-        return output
-
-    overrides: dict[tuple[Any, str], Callable[..., Any]] = {
-        (qwen, "get_placeholder_mask"): placeholder_mask(qwen.config),
-        (qwen, "get_image_features"): image_features,
-        (visual, "fast_pos_embed_interpolate"): pos_embed,
-        (visual, "forward"): with_grid(
-            visual.forward, lambda: StaticGrid(patches, "image patch counts", frames)
-        ),
-        (qwen.language_model, "_deepstack_process"): static_deepstack,
-    }
-    with overridden(overrides):
         yield
 
 
@@ -377,60 +342,49 @@ def trace_vla_jepa_with(
         return frame
 
     frame0 = make_frame(0)
-    prefix = _Prefix(policy, prompt, image_grid_thw)
-    prefix_args = tuple(frame0[key] for key in PROGRAM_INPUTS)
-    prefix_program, replaced_in_prefix = export_core(
-        "prefix", prefix, prefix_args, PROGRAM_INPUTS, PREFIX_OUTPUTS
-    )
-    fake = is_fake(next(iter(model.parameters())))
-    with torch.no_grad():
-        # Fake weights: the exported program (static split sizes) gives the step's example inputs; the
-        # eager prefix reads per-image counts from fake tensors, which hold no values.
-        conditioning = prefix_program.exported.module()(*prefix_args) if fake else prefix(*prefix_args)
-    if not fake:  # fake weights hold no values to compare: checked with real ones
-        check_static_prefix(policy, observation0, conditioning)
-
     steps = int(config.num_inference_timesteps)
-    times = [
-        torch.full((1,), t, dtype=torch.long)
-        for t in discretized_times(steps, config.action_num_timestep_buckets)
-    ]
-    step = _Step(policy)
-    step_program, replaced_in_step = export_core(
-        "denoise_step",
-        step,
-        (conditioning, frame0["state"], frame0["noise"], times[0]),
-        (*STEP_INPUTS, "actions", "t"),
-        ("actions_next", "chunk"),
-    )
     plan = prefix_then_steps_plan(
         Call("prefix", PROGRAM_INPUTS, PREFIX_OUTPUTS),
         STEP_INPUTS,
         first_sample="noise",
         sample="actions",
         chunk="chunk",
-        times=times,
+        times=[
+            torch.full((1,), t, dtype=torch.long)
+            for t in discretized_times(steps, config.action_num_timestep_buckets)
+        ],
         frame_inputs=(*PROGRAM_INPUTS, "state", "noise"),
     )
+    fake = is_fake(next(iter(model.parameters())))
 
     def eager_chunk(frame: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """``predict_action_chunk`` on the frame's raw observation (the policy tokenizes it itself)."""
         observation = observations.get(_digest(frame["pixel_values"]))
         if observation is None:
             raise KeyError("vla_jepa: eager_chunk takes the frames make_frame made")
-        batch = preprocessor(dict(observation))
-        policy.reset()
-        with torch.no_grad():
-            return {"action": replay(lambda: policy.predict_action_chunk(batch), [frame["noise"]])}
+        return predicted_chunk(policy, preprocessor(dict(observation)), draws=[frame["noise"]])
 
-    return TracedPolicy(
-        policy="vla_jepa",
-        programs=[prefix_program, step_program],
-        plan=plan,
-        eager={"prefix": prefix, "denoise_step": step},
+    return trace_along_plan(
+        "vla_jepa",
+        [
+            # Fake weights: the exported program (static split sizes) gives the step's example inputs; the
+            # eager prefix reads per-image counts from fake tensors, which hold no values. Fake weights hold
+            # no values to compare either: the static prefix is checked with real ones.
+            Program(
+                "prefix",
+                _Prefix(policy, prompt, image_grid_thw),
+                outputs_from="exported" if fake else "eager",
+                check=None if fake else lambda outs: check_static_prefix(policy, observation0, outs[0]),
+            ),
+            Program("denoise_step", _Step(policy), (*STEP_INPUTS, "actions", "t"), ("actions_next", "chunk")),
+        ],
+        plan,
+        frame=frame0,
         make_frame=make_frame,
         eager_chunk=eager_chunk,
-        config=config_dict(
+        seed=seed,
+        checkpoint=checkpoint,
+        config=lambda: config_dict(
             policy,
             task=TASK,
             processor=f"stand-in ({config.qwen_model_name}: Qwen3-VL image processing, tokenizer vocabulary "
@@ -439,10 +393,7 @@ def trace_vla_jepa_with(
             embodied_span=[prompt.start, prompt.end],
             backbone_dtype=str(qwen.get_input_embeddings().weight.dtype),
         ),
-        substitutions=[SUBSTITUTION]
-        + ([EMPTY_LIKE_SUBSTITUTION] if replaced_in_prefix or replaced_in_step else []),
-        seed=seed,
-        checkpoint=None if checkpoint is None else str(checkpoint),
+        substitutions=[SUBSTITUTION],
     )
 
 

@@ -81,6 +81,7 @@ from lerobot.configs import FeatureType
 from lerobot.utils.constants import ACTION
 
 from worker.fake_weights import is_fake, real_tensors
+from worker.policies.adapters._along_plan import Program, predicted_chunk, trace_along_plan
 from worker.policies.adapters._common import (
     Features,
     build_policy,
@@ -88,7 +89,6 @@ from worker.policies.adapters._common import (
     field_default,
     prefix_then_steps_plan,
 )
-from worker.policies.adapters._core_aten import EMPTY_LIKE_SUBSTITUTION, export_core
 from worker.policies.adapters._qwen2_5_vl import (
     VisionTables,
     check_static_rotary,
@@ -525,46 +525,35 @@ def trace_wall_x_with(
     if not is_fake(model.action_preprocessor.w1.weight):  # fake weights hold no values to compare
         check_static(policy, batch0, prefix, step, frame0["noise"])
 
-    prefix_args = tuple(frame0[key] for key in PREFIX_INPUTS)
-    prefix_program, replaced_in_prefix = export_core(
-        "prefix", prefix, prefix_args, PREFIX_INPUTS, PREFIX_OUTPUTS
-    )
-    with torch.no_grad():
-        inputs_embeds = prefix(*prefix_args)
-    times = odeint_times(NUM_STEPS)
     step_inputs = (*PREFIX_OUTPUTS, *STEP_FRAME_INPUTS)
-    step_program, replaced_in_step = export_core(
-        "denoise_step",
-        step,
-        (inputs_embeds, *(frame0[key] for key in STEP_FRAME_INPUTS), frame0["noise"], times[0]),
-        (*step_inputs, "x", "t"),
-        ("x_next", "action"),
-    )
     plan = prefix_then_steps_plan(
         Call("prefix", PREFIX_INPUTS, PREFIX_OUTPUTS),
         step_inputs,
         first_sample="noise",
         sample="x",
         chunk="action",
-        times=times,
+        times=odeint_times(NUM_STEPS),
         frame_inputs=(*FRAME_INPUTS, "noise"),
     )
 
     def eager_chunk(frame: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         batch: dict[str, Any] = {key: frame[key] for key in FRAME_INPUTS}
         batch["image_grid_thw"] = torch.tensor(tables.grid, dtype=torch.long)
-        policy.reset()
-        with torch.no_grad(), given_inputs(policy, batch):
-            return {"action": replay(lambda: policy.predict_action_chunk(batch), [frame["noise"]])}
+        return predicted_chunk(policy, batch, draws=[frame["noise"]], within=[given_inputs(policy, batch)])
 
-    return TracedPolicy(
-        policy="wall_x",
-        programs=[prefix_program, step_program],
-        plan=plan,
-        eager={"prefix": prefix, "denoise_step": step},
+    return trace_along_plan(
+        "wall_x",
+        [
+            Program("prefix", prefix),
+            Program("denoise_step", step, (*step_inputs, "x", "t"), ("x_next", "action")),
+        ],
+        plan,
+        frame=frame0,
         make_frame=make_frame,
         eager_chunk=eager_chunk,
-        config=config_dict(
+        seed=seed,
+        checkpoint=checkpoint,
+        config=lambda: config_dict(
             policy,
             task=TASK,
             model_config=model.config.to_dict(),
@@ -576,10 +565,7 @@ def trace_wall_x_with(
             num_inference_timesteps=NUM_STEPS,
             backbone_dtype=str(model.model.embed_tokens.weight.dtype),
         ),
-        substitutions=[SUBSTITUTION]
-        + ([EMPTY_LIKE_SUBSTITUTION] if replaced_in_prefix or replaced_in_step else []),
-        seed=seed,
-        checkpoint=None if checkpoint is None else str(checkpoint),
+        substitutions=[SUBSTITUTION],
     )
 
 

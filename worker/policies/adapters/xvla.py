@@ -31,9 +31,9 @@ from lerobot.configs import FeatureType
 from lerobot.utils.constants import OBS_LANGUAGE_TOKENS
 
 from worker.fake_weights import is_fake
+from worker.policies.adapters._along_plan import Program, predicted_chunk, trace_along_plan
 from worker.policies.adapters._common import Features, build_policy, config_dict, prefix_then_steps_plan
-from worker.policies.adapters._core_aten import EMPTY_LIKE_SUBSTITUTION, export_core
-from worker.policies.adapters._randomness import SubstitutionMismatch, replay
+from worker.policies.adapters._randomness import SubstitutionMismatch
 from worker.policies.base import Call, TracedPolicy
 from worker.policies.observation import example_observation, standard_normal
 from worker.policies.offline import florence2
@@ -160,61 +160,52 @@ def trace_xvla_with(
         frame["noise"] = standard_normal(noise_shape, seed=seed, index=index, name="noise").to(dtype)
         return frame
 
-    frame0 = make_frame(0)
     names = tuple(make_observation(0))
-    vlm = _VLM(policy, names)
-    with torch.no_grad():
-        static = vlm(*(frame0[key] for key in names))
-    if not is_fake(static[0]):  # fake weights hold no values to compare: checked with real weights
-        check_static_vlm(policy, {key: frame0[key] for key in names}, static)
+    frame0 = make_frame(0)
+
+    def check(static: tuple[torch.Tensor, ...]) -> None:
+        if not is_fake(static[0]):  # fake weights hold no values to compare: checked with real weights
+            check_static_vlm(policy, {key: frame0[key] for key in names}, static)
 
     outputs = ("vlm_features", "aux_visual_inputs", "proprio")
-    vlm_program, replaced_in_vlm = export_core(
-        "vlm", vlm, tuple(frame0[key] for key in names), names, outputs
-    )
-    times = [torch.full((1,), i / steps, dtype=dtype) for i in range(steps, 0, -1)]
     start = torch.zeros(noise_shape, dtype=dtype)
-    step = _Step(policy)
-    step_program, replaced_in_step = export_core(
-        "denoise_step",
-        step,
-        (*static, frame0["noise"], start, times[0]),
-        (*outputs, "x1", "action", "t"),
-        ("action_next", "chunk"),
-    )
     plan = prefix_then_steps_plan(
         Call("vlm", names, outputs),
         (*outputs, "noise"),
         first_sample="action.init",
         sample="action",
         chunk="chunk",
-        times=times,
+        times=[torch.full((1,), i / steps, dtype=dtype) for i in range(steps, 0, -1)],
         constants={"action.init": start},
     )
 
     def eager_chunk(frame: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        batch = {key: frame[key] for key in names}
-        policy.reset()
-        with torch.no_grad():
-            return {"action": replay(lambda: policy.predict_action_chunk(batch), [frame["noise"]])}
+        return predicted_chunk(policy, {key: frame[key] for key in names}, draws=[frame["noise"]])
 
-    return TracedPolicy(
-        policy="xvla",
-        programs=[vlm_program, step_program],
-        plan=plan,
-        eager={"vlm": vlm, "denoise_step": step},
+    return trace_along_plan(
+        "xvla",
+        [
+            Program("vlm", _VLM(policy, names), check=check, export_after_run=True),
+            Program(
+                "denoise_step",
+                _Step(policy),
+                (*outputs, "x1", "action", "t"),
+                ("action_next", "chunk"),
+            ),
+        ],
+        plan,
+        frame=frame0,
         make_frame=make_frame,
         eager_chunk=eager_chunk,
-        config=config_dict(
+        seed=seed,
+        checkpoint=checkpoint,
+        config=lambda: config_dict(
             policy,
             task=TASK,
             tokenizer=f"stand-in ({tokenizer.checkpoint}: vocabulary {tokenizer.vocab_size}, right padding)",
             backbone=florence2.FLORENCE2_LARGE,
         ),
-        substitutions=[SUBSTITUTION]
-        + ([EMPTY_LIKE_SUBSTITUTION] if replaced_in_vlm or replaced_in_step else []),
-        seed=seed,
-        checkpoint=None if checkpoint is None else str(checkpoint),
+        substitutions=[SUBSTITUTION],
     )
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from worker.policies.offline.qwen_vl_prompt import IMAGE_TOKEN, prompt_ids, with_image_tokens
+from worker.policies.offline.qwen_vl_prompt import IMAGE_TOKEN, chat_template, prompt_ids, with_image_tokens
 from worker.policies.offline.tokens import StandInTokenizer
 
 COSMOS_REASON2_2B = "nvidia/Cosmos-Reason2-2B"
@@ -75,17 +75,7 @@ class StandInQwen3VLProcessor:
     ) -> str:
         if tokenize or add_generation_prompt:
             raise NotImplementedError("the stand-in renders untokenized prompts without a generation prompt")
-        text = ""
-        for message in conversation:
-            text += f"<|im_start|>{message['role']}\n"
-            for item in message["content"]:
-                if item["type"] == "image":
-                    text += f"<|vision_start|>{IMAGE_TOKEN}<|vision_end|>"
-                elif item["type"] == "text":
-                    text += item["text"]
-                else:
-                    raise NotImplementedError(f"the stand-in has no {item['type']!r} content")
-            text += "<|im_end|>\n"
+        text, _ = chat_template(conversation)
         return text
 
     def token_ids(self, text: str) -> list[int]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from worker.policies.offline.qwen_vl_prompt import IMAGE_TOKEN, prompt_ids, with_image_tokens
+from worker.policies.offline.qwen_vl_prompt import IMAGE_TOKEN, chat_template, prompt_ids, with_image_tokens
 from worker.policies.offline.tokens import StandInTokenizer
 
 QWEN2_5_VL_3B = "Qwen/Qwen2.5-VL-3B-Instruct"
@@ -176,25 +176,7 @@ class StandInQwen2_5_VLProcessor:
     @staticmethod
     def render(conversation: Sequence[Mapping[str, Any]]) -> tuple[str, list[Any]]:
         """The template's text for one conversation, and its images in order."""
-        text, images = "", []
-        for index, message in enumerate(conversation):
-            if index == 0 and message["role"] != "system":
-                text += "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
-            text += f"<|im_start|>{message['role']}\n"
-            content = message["content"]
-            if isinstance(content, str):
-                text += content
-            else:
-                for item in content:
-                    if item["type"] == "image":
-                        text += f"<|vision_start|>{IMAGE_TOKEN}<|vision_end|>"
-                        images.append(item["image"])
-                    elif item["type"] == "text":
-                        text += item["text"]
-                    else:
-                        raise NotImplementedError(f"the stand-in has no {item['type']!r} content")
-            text += "<|im_end|>\n"
-        return text, images
+        return chat_template(conversation, default_system="You are a helpful assistant.")
 
     def apply_chat_template(
         self,

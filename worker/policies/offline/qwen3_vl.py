@@ -18,7 +18,7 @@ from typing import Any
 
 from worker.policies.offline import qwen2_5_vl
 from worker.policies.offline.cosmos_reason2 import IMAGE_PROCESSOR
-from worker.policies.offline.qwen_vl_prompt import IMAGE_TOKEN, prompt_ids, with_image_tokens
+from worker.policies.offline.qwen_vl_prompt import IMAGE_TOKEN, chat_template, prompt_ids, with_image_tokens
 from worker.policies.offline.tokens import StandInTokenizer
 
 QWEN3_VL_2B = "Qwen/Qwen3-VL-2B-Instruct"
@@ -128,25 +128,7 @@ class StandInQwen3VLProcessor:
         conversation: Sequence[Mapping[str, Any]], add_generation_prompt: bool
     ) -> tuple[str, list[Any]]:
         """The template's text for one conversation, and its images in order."""
-        text, images = "", []
-        for message in conversation:
-            text += f"<|im_start|>{message['role']}\n"
-            content = message["content"]
-            if isinstance(content, str):
-                text += content
-            else:
-                for item in content:
-                    if item["type"] == "image":
-                        text += f"<|vision_start|>{IMAGE_TOKEN}<|vision_end|>"
-                        images.append(item["image"])
-                    elif item["type"] == "text":
-                        text += item["text"]
-                    else:
-                        raise NotImplementedError(f"the stand-in has no {item['type']!r} content")
-            text += "<|im_end|>\n"
-        if add_generation_prompt:
-            text += "<|im_start|>assistant\n"
-        return text, images
+        return chat_template(conversation, add_generation_prompt=add_generation_prompt)
 
     def ids(self, text: str) -> list[int]:
         return prompt_ids(text, self.tokenizer.special_ids, qwen2_5_vl.TEMPLATE_IDS, self.tokenizer.words)

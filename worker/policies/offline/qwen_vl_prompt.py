@@ -1,10 +1,12 @@
-"""What the Qwen-VL processor stand-ins (Qwen2.5-VL for eo1, Qwen3-VL for groot) share: the ids of a
-rendered prompt, and the processor's outputs with each image placeholder expanded to its image's tokens."""
+"""What the Qwen-VL processor stand-ins (Qwen2.5-VL for eo1, Qwen3-VL for groot and vla_jepa) share: the
+chat template, the ids of a rendered prompt, and the processor's outputs with each image placeholder
+expanded to its image's tokens."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -12,6 +14,39 @@ from worker.policies.offline.tokens import StandInTokenizer
 
 IMAGE_TOKEN = "<|image_pad|>"
 _PIECES = re.compile(r"\n|[^\s]+")
+
+
+def chat_template(
+    conversation: Sequence[Mapping[str, Any]],
+    *,
+    default_system: str | None = None,
+    add_generation_prompt: bool = False,
+) -> tuple[str, list[Any]]:
+    """Qwen-VL's chat template for one conversation, and its images in order: ``<|im_start|>{role}\\n``,
+    the content (a text, or items: one ``<|vision_start|><|image_pad|><|vision_end|>`` per image, the
+    texts), ``<|im_end|>\\n``; a ``default_system`` turn first when the conversation has no system turn
+    (Qwen2.5-VL's template), ``<|im_start|>assistant\\n`` as the generation prompt."""
+    text, images = "", []
+    for index, message in enumerate(conversation):
+        if index == 0 and default_system is not None and message["role"] != "system":
+            text += f"<|im_start|>system\n{default_system}<|im_end|>\n"
+        text += f"<|im_start|>{message['role']}\n"
+        content = message["content"]
+        if isinstance(content, str):
+            text += content
+        else:
+            for item in content:
+                if item["type"] == "image":
+                    text += f"<|vision_start|>{IMAGE_TOKEN}<|vision_end|>"
+                    images.append(item["image"])
+                elif item["type"] == "text":
+                    text += item["text"]
+                else:
+                    raise NotImplementedError(f"the stand-in has no {item['type']!r} content")
+        text += "<|im_end|>\n"
+    if add_generation_prompt:
+        text += "<|im_start|>assistant\n"
+    return text, images
 
 
 def prompt_ids(
