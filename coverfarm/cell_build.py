@@ -70,7 +70,7 @@ class Cell:
 
     @property
     def release(self) -> str | None:
-        """The stack's executorch, as the cell's result recorded it (worker.versions)."""
+        """The stack's executorch, as the cell's result recorded it (coverfarm.versions)."""
         return self.doc.versions.get("executorch") if self.doc is not None else None
 
 

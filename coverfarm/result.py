@@ -186,7 +186,7 @@ class WeightsInfo(BaseModel):
 
 
 class ReusedFrom(BaseModel):
-    """The stored result a cell took instead of lowering again (same reuse key: worker.reuse)."""
+    """The stored result a cell took instead of lowering again (same reuse key: coverfarm.reuse)."""
 
     job_id: int
     sweep_id: int

@@ -160,7 +160,7 @@ class Sweep(Base):
     cancelled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # Device classes each cell with a bundle runs on (those of the cell's backend), e.g. cpu-x86_64-xnnpack.
     device_classes: Mapped[list[str]] = mapped_column(JSONType, default=list)
-    # Result reuse (worker.reuse): fresh runs every cell even where a stored result has its key;
+    # Result reuse (coverfarm.reuse): fresh runs every cell even where a stored result has its key;
     # reuse_unfinished lets a cell take a stored slow or failed result too, not only an ok one.
     fresh: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     reuse_unfinished: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
@@ -279,7 +279,7 @@ class Result(Base):
     macs_on_backend: Mapped[int | None] = mapped_column(BigInteger)
     programs: Mapped[int | None] = mapped_column(Integer)
     document: Mapped[dict[str, Any]] = mapped_column(JSONType)  # coverfarm.result.ResultDocument
-    # sha256 of everything that produced the document (worker.reuse); None: stored before reuse
+    # sha256 of everything that produced the document (coverfarm.reuse); None: stored before reuse
     # existed, or by an engine that names no key. A later cell with the same key reuses the result.
     reuse_key: Mapped[str | None] = mapped_column(String(64), index=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

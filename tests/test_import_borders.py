@@ -18,15 +18,15 @@ ROOT = Path(__file__).resolve().parents[1]
 # What each top-level package may import of the others (besides itself): a package, or single modules
 # of one. Each package's __init__.py docstring says the same in words; docs/map.md shows the table.
 # Bottom to top: the contract; gpu_runner; worker (its eager baseline is timed and probed as a runner
-# times and probes); orchestrator (its CPU worker task registers a worker with the torch-free host facts
-# of worker.memory and worker.versions, and keys reuse with worker.reuse; the engine itself is a plugin
-# named by settings.engine, no import); dashboard (pages over the orchestrator's services, and the app
-# that serves both); the command on top.
+# times and probes); orchestrator (the contract only: its CPU worker task registers a worker with the
+# torch-free host facts of coverfarm.worker_memory and coverfarm.versions, and keys reuse with
+# coverfarm.reuse; the engine itself is a plugin named by settings.engine, no import); dashboard (pages
+# over the orchestrator's services, and the app that serves both); the command on top.
 ALLOWED: dict[str, frozenset[str]] = {
     "coverfarm": frozenset(),
     "gpu_runner": frozenset({"coverfarm"}),
     "worker": frozenset({"coverfarm", "gpu_runner"}),
-    "orchestrator": frozenset({"coverfarm", "worker.memory", "worker.versions", "worker.reuse"}),
+    "orchestrator": frozenset({"coverfarm"}),
     "dashboard": frozenset({"coverfarm", "orchestrator"}),
     "coverfarm_cli": frozenset({"coverfarm", "gpu_runner", "worker", "orchestrator", "dashboard"}),
 }
@@ -46,7 +46,7 @@ KNOWN_SIBLING_LOOPS: frozenset[frozenset[str]] = frozenset(
 
 def allows(source: str, target: str) -> bool:
     """Whether module ``source`` may import module ``target`` by the layer table: a module a rule names,
-    one inside it, or a package around it (importing ``worker.reuse`` runs ``worker/__init__.py``)."""
+    one inside it, or a package around it (importing ``worker.engine`` runs ``worker/__init__.py``)."""
     if top(target) == top(source):
         return True
     return any(

@@ -21,12 +21,12 @@ from pathlib import Path
 import torch
 
 from coverfarm.result import ResultDocument, StageResult, StageStatus
+from coverfarm.versions import versions
 from worker.backends import get_backend
 from worker.bundle import write_bundle
 from worker.policies.base import Call, ChunkPlan, TracedPolicy, TracedProgram
 from worker.stages.events import EventLog
 from worker.stages.trace import write_trace
-from worker.versions import versions
 
 HEALTH_POLICY = "health-check"
 FRAMES = 4

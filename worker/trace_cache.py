@@ -16,7 +16,7 @@ from typing import Any
 import worker.fake_weights
 import worker.policies
 import worker.stages.trace
-from worker.versions import versions
+from coverfarm.versions import versions
 
 
 def _digest_files(paths: list[Path], root: Path) -> str:

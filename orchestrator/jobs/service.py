@@ -303,7 +303,7 @@ def finish(
     settings: Settings,
     reuse_key: str | None = None,
 ) -> None:
-    """Store the attempt's result (an upsert keyed by job) with its reuse key (``worker.reuse``; None:
+    """Store the attempt's result (an upsert keyed by job) with its reuse key (``coverfarm.reuse``; None:
     never reused) and end the job with the document's status."""
     job = _current(session, job_id, attempt)
     if job is None:

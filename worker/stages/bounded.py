@@ -6,8 +6,10 @@ never ends still leaves the coverage numbers that partitioning produced before i
 own process group and the whole group is killed, so no grandchild outlives the bound; on Linux the child
 is also killed by the kernel when the process that started it dies (a SIGKILLed worker leaves none).
 
-The parent also records the child's peak resident memory at the end of each phase (``worker.memory``):
-sampled from ``/proc`` while it runs, and exact from ``wait4`` when it exits on its own.
+The parent also records the child's peak resident memory at the end of each phase: Linux's ``VmHWM`` in
+``/proc/<pid>/status`` (the high-water mark of the resident set), sampled while the child runs
+(``peak_rss_bytes``), and the exact ``ru_maxrss`` that ``wait4`` returns when the child is reaped.
+Elsewhere there are no per-phase figures.
 
 A CPU stage (trace, lower, repros) runs with the host's timing lock held shared (``host_lock``,
 ``coverfarm.hostlock``): it starts only once no device run or eager baseline is timing on this host, or
@@ -30,11 +32,22 @@ from pathlib import Path
 from typing import Any
 
 from coverfarm.hostlock import HostLock
-from worker.memory import peak_rss_bytes
 from worker.stages.events import read_events
 
 POLL_S = 0.2
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def peak_rss_bytes(pid: int) -> int | None:
+    """The process's resident-set high-water mark so far (None when it is gone or not on Linux)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024  # kB
+    return None  # a zombie has no memory lines
 
 
 def _die_with_parent(parent: int) -> None:

@@ -1,4 +1,5 @@
-"""Versions of everything that produced a result, recorded with it."""
+"""Versions of everything that produced a result, recorded with it, and registered by a CPU worker (read
+from the installed distributions' metadata: no torch import)."""
 
 from __future__ import annotations
 
