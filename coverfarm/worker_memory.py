@@ -2,7 +2,7 @@
 once it allows (no torch).
 
 A CPU worker registers this figure (each job's share of it) and the orchestrator routes by it
-(``coverfarm.routes``); the engine weighs real weights against it (``worker.weights``).
+(``coverfarm.routes``); the engine weighs real weights against it (``worker.trace.weights``).
 """
 
 from __future__ import annotations

@@ -37,6 +37,19 @@ FORBIDDEN_EXTERNAL: dict[str, frozenset[str]] = {
     "gpu_runner": frozenset({"torch"}),
     "orchestrator": frozenset({"torch"}),
 }
+# The order of sibling subpackages and modules, bottom first: an arrow between two of them points down it.
+# The worker's are all of its children, in the order of the pipeline of one cell: the child processes
+# every stage runs in, trace, lower, bundle, the blocker groups' repros, and the engine that runs them.
+SIBLING_ORDERS: dict[str, tuple[str, ...]] = {
+    "worker": (
+        "worker.child",
+        "worker.trace",
+        "worker.lower",
+        "worker.bundle",
+        "worker.repros",
+        "worker.engine",
+    ),
+}
 # Loops between sibling subpackages that are known and not yet broken: the orchestrator's domains call
 # each other's services. The list may only shrink (a loop that is gone must leave it).
 KNOWN_SIBLING_LOOPS: frozenset[frozenset[str]] = frozenset(
@@ -244,7 +257,7 @@ def sibling_edges(edges: dict[str, dict[str, int]]) -> dict[str, dict[str, str]]
 
 
 def test_no_import_loop_between_sibling_packages() -> None:
-    # worker.stages -> worker.repros -> worker.stages is a loop even when no two modules form one.
+    # worker.lower -> worker.repros -> worker.lower would be a loop even when no two modules formed one.
     _, edges, _ = build_graph()
     lifted = sibling_edges(edges)
     nodes = sorted(set(lifted) | {t for targets in lifted.values() for t in targets})
@@ -259,3 +272,21 @@ def test_no_import_loop_between_sibling_packages() -> None:
     assert not lines, "import loops between packages or modules of one package:\n" + "\n".join(lines)
     gone = [sorted(loop) for loop in KNOWN_SIBLING_LOOPS - loops]
     assert not gone, f"no longer loops, take them off KNOWN_SIBLING_LOOPS: {gone}"
+
+
+def test_ordered_siblings_import_only_down_their_order() -> None:
+    _, edges, _ = build_graph()
+    lifted = sibling_edges(edges)
+    wrong = []
+    for order in SIBLING_ORDERS.values():
+        rank = {name: place for place, name in enumerate(order)}
+        for source in order:
+            for target, why in sorted(lifted.get(source, {}).items()):
+                if target in rank and rank[target] > rank[source]:
+                    wrong.append(f"{source} -> {target} (as {why})")
+    assert not wrong, "imports up an order of sibling packages:\n" + "\n".join(wrong)
+
+
+def test_every_child_of_the_worker_has_its_place_in_the_pipeline() -> None:
+    children = {".".join(name.split(".")[:2]) for name in source_modules() if name.startswith("worker.")}
+    assert children == set(SIBLING_ORDERS["worker"]), sorted(children ^ set(SIBLING_ORDERS["worker"]))

@@ -6,7 +6,7 @@ exported, writes the bundle. It is what ``coverfarm analyze`` and the farm's CPU
 
 A policy the catalog names but the engine cannot build (not in the installed LeRobot, or no adapter
 yet) gets a result whose trace failed with that cause: its row stays, with ❌. Weights are real or fake
-(``worker.weights``); a fake-weight cell has every coverage column and an export that did not run.
+(``worker.trace.weights``); a fake-weight cell has every coverage column and an export that did not run.
 Each stage child's peak memory goes into ``memory``.
 
 What the engine adds to a cell's reuse key (``coverfarm.reuse``) is ``reuse_fields``, this module's
@@ -41,20 +41,31 @@ from coverfarm.result import (
 )
 from coverfarm.versions import versions
 from coverfarm.worker_memory import worker_memory_gb
-from worker.assemble import fold_lower_events
-from worker.backends import get_backend
-from worker.bundle import write_bundle
+from worker.bundle.write import write_bundle
+from worker.child.bounded import StageRun, run_bounded
+from worker.lower.assemble import fold_lower_events
+from worker.lower.backends import get_backend
 from worker.repros.attach import attach_repros
 from worker.repros.verify import default_repro_cache
-from worker.stages.bounded import StageRun, run_bounded
-from worker.stages.trace import TRACE_MANIFEST
-from worker.trace_cache import load_trace_manifest, trace_key
-from worker.weights import checkpoint_bytes, decide, export_not_run
+from worker.trace.cache import load_trace_manifest, trace_key
+from worker.trace.stage import TRACE_MANIFEST
+from worker.trace.weights import checkpoint_bytes, decide, export_not_run
 
 MEMORY_FILE = "memory.json"  # in a trace directory: the trace child's peaks, kept with the cache
 WORKER = Path(__file__).resolve().parent
 # The engine's code that lowers and counts: a change to any of it may change a result.
-ENGINE_SOURCES = ("lowering", "stages", "metrics", "backends.py", "assemble.py", "bundle.py", "engine.py")
+ENGINE_SOURCES = (
+    "child",
+    "trace/stage.py",
+    "lower/stage.py",
+    "lower/observe.py",
+    "lower/fast",
+    "lower/metrics",
+    "lower/backends.py",
+    "lower/assemble.py",
+    "bundle/write.py",
+    "engine.py",
+)
 
 Progress = Callable[[str], None]
 
@@ -65,7 +76,7 @@ def default_trace_cache() -> Path:
 
 def not_measurable(policy: str) -> str | None:
     """Why a policy the catalog names cannot be built here, or None when it can."""
-    from worker.policies.registry import supported
+    from worker.trace.policies.registry import supported
 
     reason = catalog.unavailable_reason(policy)
     if reason is None and policy not in supported():
@@ -75,7 +86,7 @@ def not_measurable(policy: str) -> str | None:
 
 def validate(policy: str, backend: str, options: Options) -> None:
     """Reject bad input before any work starts, with one clear line."""
-    from worker.policies.registry import UnsupportedPolicyError, get_adapter
+    from worker.trace.policies.registry import UnsupportedPolicyError, get_adapter
 
     get_backend(backend)
     if policy not in catalog.POLICIES:
@@ -153,7 +164,7 @@ def trace(
         args += ["--checkpoint", options.checkpoint]
     progress(f"trace: building and exporting {policy} with {weights} weights")
     run = run_bounded(
-        "worker.stages.trace",
+        "worker.trace.stage",
         args,
         events_path=work / "trace.events.jsonl",
         bounds={"trace": options.timeout_s, "reference": options.timeout_s},
@@ -202,7 +213,7 @@ def _cached_parameter_bytes(policy: str, options: Options, cache: Path) -> int |
 def traced(
     policy: str, options: Options, cache_dir: Path | None, work: Path, say: Progress
 ) -> tuple[WeightsInfo, TraceOutcome]:
-    """Choose the weights (``worker.weights``) and trace with them.
+    """Choose the weights (``worker.trace.weights``) and trace with them.
 
     ``auto`` sizes the policy from its checkpoint's files, a cached trace's manifest, or else a
     fake-weight trace (cached too, and used as is when real weights do not fit).
@@ -265,7 +276,7 @@ def lower(
             say(f"  {program}: {event['type']}: {str(event['message']).splitlines()[0][:200]}")
 
     run = run_bounded(
-        "worker.stages.lower",
+        "worker.lower.stage",
         [
             "--trace-dir",
             str(trace_dir),

@@ -59,7 +59,8 @@ def test_the_engine_digest_covers_the_code_that_lowers_and_counts(
     monkeypatch.setattr(worker.engine, "WORKER", copy)
     digest = engine_code_digest.__wrapped__
     assert digest() == engine_code_digest()  # the copy is the same code
-    (copy / "policies" / "act.py").write_text("# not the engine's lowering code\n", encoding="utf-8")
+    not_lowering = copy / "trace" / "policies" / "act.py"
+    not_lowering.write_text("# not the engine's lowering code\n", encoding="utf-8")
     assert digest() == engine_code_digest()
     for name in ENGINE_SOURCES:
         path = copy / name
