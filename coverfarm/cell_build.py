@@ -25,7 +25,8 @@ CANCELLED = "cancelled"
 
 @dataclass(frozen=True)
 class CpuJobs:
-    """What a cell's CPU jobs say: the state rule's answer (``orchestrator.sweeps.state``) and the latest."""
+    """What a cell's CPU jobs say: the state rule's answer (``orchestrator.jobs.cell_state``) and the
+    latest."""
 
     pending: bool = False
     cancelled: bool = False

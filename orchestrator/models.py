@@ -139,7 +139,7 @@ JobStatusType = Enum(
     values_callable=lambda members: [member.value for member in members],
 )
 
-# A cell's state is a job status too, written only by sweeps.state.refresh_cell: no CHECK of its own.
+# A cell's state is a job status too, written only by jobs.cell_state.refresh_cell: no CHECK of its own.
 CellStateType = Enum(
     JobStatus,
     native_enum=False,
@@ -194,9 +194,9 @@ class Cell(Base):
     backend: Mapped[str] = mapped_column(String(64))
     stack: Mapped[str] = mapped_column(String(64), default=DEFAULT_STACK, server_default=DEFAULT_STACK)
     options: Mapped[dict[str, Any]] = mapped_column(JSONType)  # coverfarm.result.Options, as JSON
-    # Kept by the job service as its CPU jobs change (orchestrator.sweeps.state.refresh_cell), so that a
+    # Kept by the job service as its CPU jobs change (orchestrator.jobs.cell_state.refresh_cell), so that a
     # big sweep's summary and pages read them off the cells instead of deriving them from every job and
-    # result: the cell's state and whether it is pending (sweeps.state.cell_state), and its latest result.
+    # result: the cell's state and whether it is pending (jobs.cell_state.cell_state), and its latest result.
     state: Mapped[JobStatus] = mapped_column(
         CellStateType, default=JobStatus.QUEUED, server_default=JobStatus.QUEUED.value
     )
@@ -319,6 +319,11 @@ class RunnerState(StrEnum):
     HEALTHY = "healthy"  # passed its health check; takes device jobs
     OFFLINE = "offline"  # missed heartbeats
     REVOKED = "revoked"  # its credential no longer opens anything
+
+
+# The states of a runner that is there (heartbeating): the reconciler watches them, and a baseline job is
+# made only for a class one of them can time.
+LIVE_RUNNER_STATES = (RunnerState.QUARANTINED.value, RunnerState.HEALTHY.value)
 
 
 class Runner(Base):

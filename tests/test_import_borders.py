@@ -40,6 +40,10 @@ FORBIDDEN_EXTERNAL: dict[str, frozenset[str]] = {
 # The order of sibling subpackages and modules, bottom first: an arrow between two of them points down it.
 # The worker's are all of its children, in the order of the pipeline of one cell: the child processes
 # every stage runs in, trace, lower, bundle, the blocker groups' repros, and the engine that runs them.
+# The orchestrator's are its domains: the event log and the artifact store at the bottom, then CPU
+# workers, jobs (the state machine, and the cell state its CPU jobs give), devices (runners and device
+# runs, which are jobs), sweeps (cells and jobs, the cells' views with their device columns), and the
+# reports over sweeps and device runs on top. The app and the reconciler loop sit above them all.
 SIBLING_ORDERS: dict[str, tuple[str, ...]] = {
     "worker": (
         "worker.child",
@@ -49,12 +53,19 @@ SIBLING_ORDERS: dict[str, tuple[str, ...]] = {
         "worker.repros",
         "worker.engine",
     ),
+    "orchestrator": (
+        "orchestrator.events",
+        "orchestrator.artifacts",
+        "orchestrator.workers",
+        "orchestrator.jobs",
+        "orchestrator.devices",
+        "orchestrator.sweeps",
+        "orchestrator.reports",
+    ),
 }
-# Loops between sibling subpackages that are known and not yet broken: the orchestrator's domains call
-# each other's services. The list may only shrink (a loop that is gone must leave it).
-KNOWN_SIBLING_LOOPS: frozenset[frozenset[str]] = frozenset(
-    {frozenset({"orchestrator.devices", "orchestrator.jobs", "orchestrator.reports", "orchestrator.sweeps"})}
-)
+# Loops between sibling subpackages that are known and not yet broken: none. The list may only shrink (a
+# loop that is gone must leave it).
+KNOWN_SIBLING_LOOPS: frozenset[frozenset[str]] = frozenset()
 
 
 def allows(source: str, target: str) -> bool:

@@ -1,5 +1,9 @@
 """The reconciler loop the orchestrator runs: re-queues jobs the broker alone would leave stuck, and
-marks workers that stopped heartbeating offline."""
+marks workers and device runners that stopped heartbeating offline.
+
+It sits above the domains it calls on (jobs, workers, devices), which never import it; the app starts it
+(``orchestrator.app``).
+"""
 
 from __future__ import annotations
 
