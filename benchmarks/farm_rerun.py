@@ -3,7 +3,8 @@ classes) submitted again to a farm that holds a result for each of them, through
 with the real engine (``worker.engine:analyze``).
 
 What a first run of the sweep stores is what the rerun needs: each cell's result under its reuse key
-(``worker.reuse``: trace key, backend, options, weights resolution, versions, the engine's code digest).
+(``coverfarm.reuse``, with ``worker.engine.stack_fields``: trace key, backend, options, weights resolution,
+versions, the engine's code digest).
 Lowering those 12 cells for real takes about an hour on 2 cores, so the first run's results are stored
 here through the jobs service, as a worker stores them, each under the key the real engine gives its
 cell on this machine (computed here with the worker's own memory setting), with stand-in numbers. The
@@ -47,9 +48,9 @@ def seed(farm: Farm, sweep_id: int) -> None:
     that lowered it would (start, then finish with the key), and take their messages off the broker."""
     os.environ["COVERFARM_WORKER_MEMORY_GB"] = MEMORY_GB
     from coverfarm.result import Options
+    from coverfarm.reuse import engine_fields, reuse_key
     from orchestrator.jobs import service as jobs
     from orchestrator.models import Cell
-    from worker.reuse import engine_fields, reuse_key
 
     fields = engine_fields("worker.engine:analyze")
     assert fields is not None, "the real engine names no reuse fields"

@@ -28,9 +28,9 @@ from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPart
 from executorch.exir import to_edge, to_edge_transform_and_lower
 from torch.export import ExportedProgram
 
-from worker.lowering.fast import fast_lowering
-from worker.lowering.partitioner_impl import PartitionerImpl, capability_partitioner
-from worker.lowering.pattern_cache import cached_pattern_graphs
+from worker.lower.fast.partitioner_impl import PartitionerImpl, capability_partitioner
+from worker.lower.fast.pattern_cache import cached_pattern_graphs
+from worker.lower.fast.switch import fast_lowering
 
 
 class Blocks(torch.nn.Module):

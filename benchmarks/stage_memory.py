@@ -2,7 +2,7 @@
 
 For each policy: parameter bytes, the peak resident MB of the trace, reference, partition and export
 phases with real weights and with fake weights (fresh trace cache, so the trace is measured), and
-``(real peak - BASE) / parameter bytes``, the factor ``worker.memory`` uses to estimate whether real
+``(real peak - BASE) / parameter bytes``, the factor ``worker.trace.weights`` uses to estimate whether real
 weights fit a worker (``PEAK_FACTOR``).
 
     python benchmarks/stage_memory.py --policies act,vqbet,diffusion --backend xnnpack
@@ -16,9 +16,10 @@ from pathlib import Path
 
 from coverfarm.result import Options
 from worker.engine import analyze
-from worker.memory import BASE_BYTES, MB, PEAK_FACTOR
+from worker.trace.weights import BASE_BYTES, PEAK_FACTOR
 
 PHASES = ("trace", "reference", "partition", "export")
+MB = 1024**2
 
 
 def main() -> int:

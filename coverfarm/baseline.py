@@ -1,6 +1,6 @@
 """The eager-PyTorch baseline document: one policy's action chunk timed on a host's CPU, and the speed-up.
 
-``worker.baseline.measure_baseline`` produces it. A device result's speed-up is the baseline's median
+``worker.bundle.baseline.measure_baseline`` produces it. A device result's speed-up is the baseline's median
 over the device's median, and only where both numbers can be trusted side by side (``speedup``): both
 stable under their rules, timed by the same runner on the same host, each under the host's timing lock,
 over the same inputs. Otherwise there is none, and ``Speedup.reasons`` says why. Pydantic only (no

@@ -25,7 +25,8 @@ CANCELLED = "cancelled"
 
 @dataclass(frozen=True)
 class CpuJobs:
-    """What a cell's CPU jobs say: the state rule's answer (``orchestrator.sweeps.state``) and the latest."""
+    """What a cell's CPU jobs say: the state rule's answer (``orchestrator.jobs.cell_state``) and the
+    latest."""
 
     pending: bool = False
     cancelled: bool = False
@@ -70,7 +71,7 @@ class Cell:
 
     @property
     def release(self) -> str | None:
-        """The stack's executorch, as the cell's result recorded it (worker.versions)."""
+        """The stack's executorch, as the cell's result recorded it (coverfarm.versions)."""
         return self.doc.versions.get("executorch") if self.doc is not None else None
 
 

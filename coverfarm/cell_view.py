@@ -97,7 +97,7 @@ class CellView:
     cancelled: bool = False
     measured: bool = False  # a result document is stored
     command: str = ""  # ``coverfarm analyze`` with the cell's options
-    reused_from: ReusedFrom | None = None  # the stored result the cell reused (worker.reuse)
+    reused_from: ReusedFrom | None = None  # the stored result the cell reused (coverfarm.reuse)
     waiting: str | None = None  # why its queued CPU job waits for a worker (coverfarm.routes)
     memory_class_gb: int | None = None  # the pending CPU job's memory class: a real-weight re-run
     stack: str = DEFAULT_STACK  # the stack (coverfarm.stacks) the cell is measured with

@@ -3,7 +3,7 @@
 Each line is what LeRobot's own constructor does with its default config and the hub unreachable (found
 by building each policy offline, under a memory cap, with ``HF_HUB_OFFLINE=1``), and what an offline
 adapter would have to ship. The engine gives a policy listed here its row with this cause ("❌"), never an
-error and never a missing row; an adapter in ``worker/policies/adapters`` replaces the entry
+error and never a missing row; an adapter in ``worker/trace/policies/adapters`` replaces the entry
 (``tests/worker/test_catalog.py`` checks that every LeRobot policy has exactly one of the two).
 """
 

@@ -186,7 +186,7 @@ class WeightsInfo(BaseModel):
 
 
 class ReusedFrom(BaseModel):
-    """The stored result a cell took instead of lowering again (same reuse key: worker.reuse)."""
+    """The stored result a cell took instead of lowering again (same reuse key: coverfarm.reuse)."""
 
     job_id: int
     sweep_id: int
@@ -228,7 +228,7 @@ class ResultDocument(BaseModel):
     # Peak resident memory (MB) of each stage's child process by the end of that stage: trace,
     # reference, partition, export (a later phase of the same process includes the earlier ones).
     memory: dict[str, float] = Field(default_factory=dict)
-    # Fast lowering's levers (worker.lowering.levers): each "active", or why it was left off and its
+    # Fast lowering's levers (worker.lower.fast.levers): each "active", or why it was left off and its
     # part of lowering ran stock (an upstream it was not written against). Empty when none applied.
     levers: dict[str, str] = Field(default_factory=dict)
     # Set when the cell reused a stored result with its reuse key: the job and sweep that measured it.

@@ -227,7 +227,7 @@ class Detection:
 def detect_stack(versions: Mapping[str, str], stacks: Mapping[str, Stack] | None = None) -> Detection:
     """The stack whose identifying versions (``Stack.identity``) the given versions all have.
 
-    ``versions`` maps distribution names (as ``worker.versions`` records them) to versions; packages
+    ``versions`` maps distribution names (as ``coverfarm.versions`` records them) to versions; packages
     it does not name are not compared, but executorch and torch must be there. A wheel stack matches
     only an executorch installed from its wheel (``WHEEL_SHA256``); a release stack only one that was
     not installed from a local wheel."""

@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
 
     from coverfarm.hostlock import HostLock
     from coverfarm_cli.runner_farm import enrolled_runner_id
-    from worker.baseline import measure_baseline  # the measuring itself runs in child processes
+    from worker.bundle.baseline import measure_baseline  # the measuring itself runs in child processes
 
     result = measure_baseline(
         args.policy,

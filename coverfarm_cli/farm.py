@@ -209,7 +209,7 @@ def run_worker(args: argparse.Namespace) -> int:
     memory."""
     from coverfarm.routes import check_stack_name, worker_queues
     from coverfarm.stack_detect import STACK_ENV, detect_stack
-    from worker.memory import MEMORY_ENV, concurrency_for, worker_memory_gb
+    from coverfarm.worker_memory import MEMORY_ENV, concurrency_for, worker_memory_gb
 
     if args.concurrency is not None and args.concurrency < 1:
         raise UserError(f"--concurrency must be at least 1, got {args.concurrency}")

@@ -1,4 +1,5 @@
-"""The part of a bundle's ``manifest.json`` the runner reads (written by ``worker.bundle.write_bundle``)."""
+"""The part of a bundle's ``manifest.json`` the runner reads (written by
+``worker.bundle.write.write_bundle``)."""
 
 from __future__ import annotations
 

@@ -26,8 +26,9 @@ from orchestrator.devices.errors import Refused
 from orchestrator.errors import Invalid, NotFound
 from orchestrator.events.endpoints import router as events_router
 from orchestrator.events.hub import EventHub
-from orchestrator.jobs.reconciler import Reconciler
+from orchestrator.reconciler import Reconciler
 from orchestrator.reports.endpoints import router as reports_router
+from orchestrator.reports.endpoints import tracker_router
 from orchestrator.sweeps.endpoints import router as sweeps_router
 from orchestrator.workers.endpoints import router as workers_router
 
@@ -82,6 +83,7 @@ def create_app(
     app = FastAPI(title="coverfarm", lifespan=lifespan, max_body_size=settings.max_body_bytes)
     app.state.settings = settings
     app.include_router(sweeps_router, prefix="/api")
+    app.include_router(tracker_router, prefix="/api")
     app.include_router(reports_router, prefix="/api")
     app.include_router(events_router, prefix="/api")
     app.include_router(workers_router, prefix="/api")

@@ -140,7 +140,7 @@ JobStatusType = Enum(
     values_callable=lambda members: [member.value for member in members],
 )
 
-# A cell's state is a job status too, written only by sweeps.state.refresh_cell: no CHECK of its own.
+# A cell's state is a job status too, written only by jobs.cell_state.refresh_cell: no CHECK of its own.
 CellStateType = Enum(
     JobStatus,
     native_enum=False,
@@ -161,7 +161,7 @@ class Sweep(Base):
     cancelled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # Device classes each cell with a bundle runs on (those of the cell's backend), e.g. cpu-x86_64-xnnpack.
     device_classes: Mapped[list[str]] = mapped_column(JSONType, default=list)
-    # Result reuse (worker.reuse): fresh runs every cell even where a stored result has its key;
+    # Result reuse (coverfarm.reuse): fresh runs every cell even where a stored result has its key;
     # reuse_unfinished lets a cell take a stored slow or failed result too, not only an ok one.
     fresh: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     reuse_unfinished: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
@@ -195,9 +195,9 @@ class Cell(Base):
     backend: Mapped[str] = mapped_column(String(64))
     stack: Mapped[str] = mapped_column(String(64), default=DEFAULT_STACK, server_default=DEFAULT_STACK)
     options: Mapped[dict[str, Any]] = mapped_column(JSONType)  # coverfarm.result.Options, as JSON
-    # Kept by the job service as its CPU jobs change (orchestrator.sweeps.state.refresh_cell), so that a
+    # Kept by the job service as its CPU jobs change (orchestrator.jobs.cell_state.refresh_cell), so that a
     # big sweep's summary and pages read them off the cells instead of deriving them from every job and
-    # result: the cell's state and whether it is pending (sweeps.state.cell_state), and its latest result.
+    # result: the cell's state and whether it is pending (jobs.cell_state.cell_state), and its latest result.
     state: Mapped[JobStatus] = mapped_column(
         CellStateType, default=JobStatus.QUEUED, server_default=JobStatus.QUEUED.value
     )
@@ -309,7 +309,7 @@ class Result(Base):
     macs_on_backend: Mapped[int | None] = mapped_column(BigInteger)
     programs: Mapped[int | None] = mapped_column(Integer)
     document: Mapped[dict[str, Any]] = mapped_column(JSONType)  # coverfarm.result.ResultDocument
-    # sha256 of everything that produced the document (worker.reuse); None: stored before reuse
+    # sha256 of everything that produced the document (coverfarm.reuse); None: stored before reuse
     # existed, or by an engine that names no key. A later cell with the same key reuses the result.
     reuse_key: Mapped[str | None] = mapped_column(String(64), index=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
@@ -349,6 +349,11 @@ class RunnerState(StrEnum):
     HEALTHY = "healthy"  # passed its health check; takes device jobs
     OFFLINE = "offline"  # missed heartbeats
     REVOKED = "revoked"  # its credential no longer opens anything
+
+
+# The states of a runner that is there (heartbeating): the reconciler watches them, and a baseline job is
+# made only for a class one of them can time.
+LIVE_RUNNER_STATES = (RunnerState.QUARANTINED.value, RunnerState.HEALTHY.value)
 
 
 class Runner(Base):

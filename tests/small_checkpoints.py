@@ -14,7 +14,7 @@ import torch
 from lerobot.configs import FeatureType
 from lerobot.policies.factory import get_policy_class
 
-from worker.policies.adapters._common import Features, default_config
+from worker.trace.policies.adapters._common import Features, default_config
 
 # diffusion with a 64x64 camera, a two-level U-Net and four DDPM steps
 SMALL_DIFFUSION_FEATURES: Features = {
@@ -50,7 +50,7 @@ SMALL_ACT: dict[str, object] = {
 
 def save_small_checkpoint(path: Path, policy_type: str, features: Features, **overrides: object) -> Path:
     """Build ``policy_type`` from its default config with ``overrides`` (seed 1) and save it at ``path``."""
-    from worker.policies.adapters import multi_task_dit
+    from worker.trace.policies.adapters import multi_task_dit
 
     config = default_config(policy_type, features, overrides)
     torch.manual_seed(1)

@@ -6,17 +6,23 @@ exported, writes the bundle. It is what ``coverfarm analyze`` and the farm's CPU
 
 A policy the catalog names but the engine cannot build (not in the installed LeRobot, or no adapter
 yet) gets a result whose trace failed with that cause: its row stays, with ❌. Weights are real or fake
-(``worker.weights``); a fake-weight cell has every coverage column and an export that did not run.
+(``worker.trace.weights``); a fake-weight cell has every coverage column and an export that did not run.
 Each stage child's peak memory goes into ``memory``.
+
+What the engine adds to a cell's reuse key (``coverfarm.reuse``) is ``reuse_fields``, this module's
+``stack_fields``: the trace key, how ``weights: auto`` resolves, the versions and a digest of the engine
+code that lowers and counts (``ENGINE_SOURCES``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import tempfile
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -33,20 +39,33 @@ from coverfarm.result import (
     TraceInfo,
     WeightsInfo,
 )
-from worker.assemble import fold_lower_events
-from worker.backends import get_backend
-from worker.bundle import write_bundle
-from worker.memory import worker_memory_gb
+from coverfarm.versions import versions
+from coverfarm.worker_memory import worker_memory_gb
+from worker.bundle.write import write_bundle
+from worker.child.bounded import StageRun, run_bounded
+from worker.lower.assemble import fold_lower_events
+from worker.lower.backends import get_backend
 from worker.repros.attach import attach_repros
 from worker.repros.verify import default_repro_cache
-from worker.reuse import stack_fields
-from worker.stages.bounded import StageRun, run_bounded
-from worker.stages.trace import TRACE_MANIFEST
-from worker.trace_cache import load_trace_manifest, trace_key
-from worker.versions import versions
-from worker.weights import checkpoint_bytes, decide, export_not_run
+from worker.trace.cache import load_trace_manifest, trace_key
+from worker.trace.stage import TRACE_MANIFEST
+from worker.trace.weights import checkpoint_bytes, decide, export_not_run
 
 MEMORY_FILE = "memory.json"  # in a trace directory: the trace child's peaks, kept with the cache
+WORKER = Path(__file__).resolve().parent
+# The engine's code that lowers and counts: a change to any of it may change a result.
+ENGINE_SOURCES = (
+    "child",
+    "trace/stage.py",
+    "lower/stage.py",
+    "lower/observe.py",
+    "lower/fast",
+    "lower/metrics",
+    "lower/backends.py",
+    "lower/assemble.py",
+    "bundle/write.py",
+    "engine.py",
+)
 
 Progress = Callable[[str], None]
 
@@ -57,7 +76,7 @@ def default_trace_cache() -> Path:
 
 def not_measurable(policy: str) -> str | None:
     """Why a policy the catalog names cannot be built here, or None when it can."""
-    from worker.policies.registry import supported
+    from worker.trace.policies.registry import supported
 
     reason = catalog.unavailable_reason(policy)
     if reason is None and policy not in supported():
@@ -67,7 +86,7 @@ def not_measurable(policy: str) -> str | None:
 
 def validate(policy: str, backend: str, options: Options) -> None:
     """Reject bad input before any work starts, with one clear line."""
-    from worker.policies.registry import UnsupportedPolicyError, get_adapter
+    from worker.trace.policies.registry import UnsupportedPolicyError, get_adapter
 
     get_backend(backend)
     if policy not in catalog.POLICIES:
@@ -145,7 +164,7 @@ def trace(
         args += ["--checkpoint", options.checkpoint]
     progress(f"trace: building and exporting {policy} with {weights} weights")
     run = run_bounded(
-        "worker.stages.trace",
+        "worker.trace.stage",
         args,
         events_path=work / "trace.events.jsonl",
         bounds={"trace": options.timeout_s, "reference": options.timeout_s},
@@ -194,7 +213,7 @@ def _cached_parameter_bytes(policy: str, options: Options, cache: Path) -> int |
 def traced(
     policy: str, options: Options, cache_dir: Path | None, work: Path, say: Progress
 ) -> tuple[WeightsInfo, TraceOutcome]:
-    """Choose the weights (``worker.weights``) and trace with them.
+    """Choose the weights (``worker.trace.weights``) and trace with them.
 
     ``auto`` sizes the policy from its checkpoint's files, a cached trace's manifest, or else a
     fake-weight trace (cached too, and used as is when real weights do not fit).
@@ -257,7 +276,7 @@ def lower(
             say(f"  {program}: {event['type']}: {str(event['message']).splitlines()[0][:200]}")
 
     run = run_bounded(
-        "worker.stages.lower",
+        "worker.lower.stage",
         [
             "--trace-dir",
             str(trace_dir),
@@ -289,7 +308,36 @@ def lower(
     return lowered
 
 
-# What this engine adds to a cell's reuse key (worker.reuse): the worker looks for it beside analyze.
+@cache
+def engine_code_digest() -> str:
+    """sha256 over the engine's source files (ENGINE_SOURCES), computed once per process."""
+    digest = hashlib.sha256()
+    for name in ENGINE_SOURCES:
+        path = WORKER / name
+        for file in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            digest.update(str(file.relative_to(WORKER)).encode())
+            digest.update(hashlib.sha256(file.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def stack_fields(policy: str, options: Options) -> dict[str, Any]:
+    """The real engine's part of the reuse key: trace key, weights resolution, versions and code digest.
+
+    ``weights: auto`` resolves from the policy's size (fixed by the trace's inputs) against this
+    worker's memory, so for auto the worker's memory is part of the key.
+    """
+    weights: dict[str, Any] = {"requested": options.weights}
+    if options.weights == "auto":
+        weights["worker_memory_gb"] = round(worker_memory_gb(), 3)
+    return {
+        "trace": trace_key(policy, options.seed, options.checkpoint, options.frames, options.weights),
+        "weights": weights,
+        "versions": versions(),
+        "engine": engine_code_digest(),
+    }
+
+
+# What this engine adds to a cell's reuse key (coverfarm.reuse): the worker looks for it beside analyze.
 reuse_fields = stack_fields
 
 

@@ -3,7 +3,7 @@ result, and each sweep its policies, backends and the options its cells record, 
 summary and pages of cells read them off the cells and the sweep instead of deriving them from every
 job, result and cell of the sweep.
 
-``cells.state`` and ``cells.pending`` are what ``orchestrator.sweeps.state.cell_state`` says of the cell's
+``cells.state`` and ``cells.pending`` are what ``orchestrator.jobs.cell_state.cell_state`` says of the cell's
 CPU jobs, ``cells.result_id`` is its newest result; the job service keeps them as jobs change. An index
 of (sweep, backend, state, pending, result) replaces that of the sweep alone, so that a sweep's cells
 are counted from the index. ``sweeps.policies`` and ``sweeps.backends`` list them in cell order;
@@ -82,7 +82,7 @@ def upgrade() -> None:
 
 
 def _cell_state(statuses: list[str]) -> tuple[str, bool]:
-    """sweeps.state.cell_state over a cell's CPU job statuses in job order, as of this revision."""
+    """jobs.cell_state.cell_state over a cell's CPU job statuses in job order, as of this revision."""
     status = statuses[-1] if statuses else "queued"
     pending = status in PENDING
     return ("slow" if pending and "slow" in statuses else status), pending

@@ -1,4 +1,5 @@
-"""The health-check bundles the farm ships (built by ``python -m worker.health``), served from the store.
+"""The health-check bundles the farm ships (built by ``python -m worker.bundle.health``), served from the
+store.
 
 The orchestrator cannot build a bundle (it never imports torch), so the bundles live in the source tree,
 under ``health/<backend>/``, and are put into the artifact store under their sha256 the first time a

@@ -1,6 +1,7 @@
 """The device side of a sweep's cells, typed, for their views (``coverfarm.cell_build.DeviceInput``): per
 cell and device class of the sweep, its run and its eager baseline (their validated documents), its
-device jobs, and whether a runner serves the class. ``device_cells`` gives the device columns' texts.
+device jobs, and whether a runner serves the class. The device columns' texts are the reports'
+(``orchestrator.reports.devices.device_cells``).
 """
 
 from __future__ import annotations
@@ -9,16 +10,12 @@ from collections.abc import Sequence
 
 from sqlalchemy.orm import Session
 
-from coverfarm import tracker
 from coverfarm.baseline import BaselineResult
-from coverfarm.cell_build import Cell as CellInput
-from coverfarm.cell_build import DeviceInput, DeviceJob, device_columns
+from coverfarm.cell_build import DeviceInput, DeviceJob
 from coverfarm.device_result import DeviceResult
-from coverfarm.result import Options
 from orchestrator.devices import repository
 from orchestrator.jobs.service import cause
-from orchestrator.models import PENDING_STATUSES, Cell, Job, JobKind, Sweep
-from orchestrator.sweeps.service import cpu_jobs
+from orchestrator.models import PENDING_STATUSES, Cell, Job, JobKind
 
 
 def _job(cell: Cell, kind: JobKind, device_class: str) -> Job | None:
@@ -68,15 +65,3 @@ def device_inputs(
                 )
             )
     return inputs
-
-
-def device_cells(session: Session, sweep: Sweep) -> dict[tuple[str, str], dict[str, str]]:
-    """(policy, backend) → {device class: the tracker's device cell text}, for the sweep's classes."""
-    inputs = device_inputs(session, sweep.cells, sweep.device_classes)
-    texts = {}
-    for cell in sweep.cells:
-        typed = CellInput(cell.policy, cell.backend, Options(), cpu=cpu_jobs(cell), devices=inputs[cell.id])
-        texts[(cell.policy, cell.backend)] = {
-            name: tracker.device_text(column) for name, column in device_columns(typed).items()
-        }
-    return texts

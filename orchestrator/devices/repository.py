@@ -10,8 +10,8 @@ from sqlalchemy import func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from coverfarm.device_result import ProbeReport
 from orchestrator.models import (
+    LIVE_RUNNER_STATES,
     Cell,
     CellDeviceRow,
     DeviceBaseline,
@@ -23,8 +23,6 @@ from orchestrator.models import (
     RunnerState,
     utcnow,
 )
-
-LIVE = (RunnerState.QUARANTINED.value, RunnerState.HEALTHY.value)
 
 
 def use_token(session: Session, token_hash: str, now: datetime) -> bool:
@@ -73,7 +71,10 @@ def count_runners(session: Session) -> int:
 def silent_live(session: Session, before: datetime) -> Sequence[Runner]:
     return session.scalars(
         select(Runner)
-        .where(Runner.state.in_(LIVE), func.coalesce(Runner.last_heartbeat, Runner.enrolled_at) < before)
+        .where(
+            Runner.state.in_(LIVE_RUNNER_STATES),
+            func.coalesce(Runner.last_heartbeat, Runner.enrolled_at) < before,
+        )
         .order_by(Runner.id)
         .with_for_update(skip_locked=True)
     ).all()
@@ -83,19 +84,6 @@ def enrolled_classes(session: Session) -> set[str]:
     """Device classes some runner that is not revoked serves."""
     rows = session.scalars(select(Runner.device_classes).where(Runner.state != RunnerState.REVOKED.value))
     return {name for classes in rows for name in classes}
-
-
-def baseline_classes(session: Session) -> set[str]:
-    """Device classes some live runner (quarantined or healthy) serves on a host that can time eager
-    baselines (its probe found torch and lerobot installed). An offline runner is not counted: a baseline
-    job nobody is there to take would keep its sweep running, while the cell has its milliseconds."""
-    rows = session.execute(select(Runner.device_classes, Runner.probe).where(Runner.state.in_(LIVE)))
-    return {name for classes, probe in rows if _times_baselines(probe) for name in classes}
-
-
-def _times_baselines(probe: dict[str, Any]) -> bool:
-    baseline = ProbeReport.model_validate(probe).baseline
-    return baseline is not None and baseline.status == "ok"
 
 
 def _upsert(session: Session, table: type[CellDeviceRow], values: dict[str, Any]) -> None:

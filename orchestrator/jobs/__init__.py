@@ -1,2 +1,7 @@
-"""Jobs: their state machine, what workers call to run one, the CPU worker's Celery task (``tasks.py``)
-and the reconciler."""
+"""Jobs: their state machine, what workers call to run one, the cell state a cell's CPU jobs give
+(``cell_state.py``), and the CPU worker's Celery task (``tasks.py``).
+
+What it may import of the orchestrator's domains: ``workers``, ``artifacts`` and ``events``; never
+``devices``, ``sweeps`` or ``reports``, which build on it (tests/test_import_borders.py,
+``SIBLING_ORDERS``). The reconciler loop that re-sends its jobs is ``orchestrator.reconciler``.
+"""

@@ -1,4 +1,5 @@
-"""Every query on jobs, attempts and results (workers: orchestrator.workers.repository)."""
+"""Every query on jobs, attempts and results, and the runners a baseline job waits for (workers:
+orchestrator.workers.repository; the rest of the runners: orchestrator.devices.repository)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from orchestrator.models import Cell, Job, JobAttempt, JobStatus, Result, utcnow
+from coverfarm.device_result import ProbeReport
+from orchestrator.models import LIVE_RUNNER_STATES, Cell, Job, JobAttempt, JobStatus, Result, Runner, utcnow
 
 
 def _insert(session: Session) -> Any:
@@ -92,3 +94,18 @@ def pending_of_sweep(session: Session, sweep_id: int) -> Sequence[int]:
         .where(Cell.sweep_id == sweep_id, Job.status.in_([JobStatus.QUEUED, JobStatus.RUNNING]))
         .order_by(Job.id)
     ).all()
+
+
+def baseline_classes(session: Session) -> set[str]:
+    """Device classes some live runner (quarantined or healthy) serves on a host that can time eager
+    baselines (its probe found torch and lerobot installed). An offline runner is not counted: a baseline
+    job nobody is there to take would keep its sweep running, while the cell has its milliseconds."""
+    rows = session.execute(
+        select(Runner.device_classes, Runner.probe).where(Runner.state.in_(LIVE_RUNNER_STATES))
+    )
+    return {name for classes, probe in rows if _times_baselines(probe) for name in classes}
+
+
+def _times_baselines(probe: dict[str, Any]) -> bool:
+    baseline = ProbeReport.model_validate(probe).baseline
+    return baseline is not None and baseline.status == "ok"

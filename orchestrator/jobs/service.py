@@ -22,11 +22,10 @@ from coverfarm.settings import Settings
 from coverfarm.stacks import DEFAULT_STACK
 from orchestrator.artifacts import repository as artifacts
 from orchestrator.db import Outgoing, enqueue_after_commit
-from orchestrator.devices.repository import baseline_classes
 from orchestrator.jobs import repository
+from orchestrator.jobs.cell_state import refresh_cell
 from orchestrator.jobs.transitions import TERMINAL, lock_job, transition
 from orchestrator.models import Cell, Job, JobAttempt, JobKind, JobStatus, utcnow
-from orchestrator.sweeps.state import refresh_cell
 from orchestrator.workers import service as workers
 from orchestrator.workers.service import Live
 
@@ -187,7 +186,7 @@ def create_device_jobs(session: Session, cell: Cell, settings: Settings) -> list
     """One device job per device class of the cell's sweep that runs the cell's backend, and beside it a
     baseline job (eager PyTorch on that class's host CPU) when a runner of the class can time one."""
     created = []
-    timers = baseline_classes(session)
+    timers = repository.baseline_classes(session)
     for name in cell.sweep.device_classes:
         if device_classes.backend_of(name) != cell.backend:
             continue
@@ -317,7 +316,7 @@ def finish(
     settings: Settings,
     reuse_key: str | None = None,
 ) -> None:
-    """Store the attempt's result (an upsert keyed by job) with its reuse key (``worker.reuse``; None:
+    """Store the attempt's result (an upsert keyed by job) with its reuse key (``coverfarm.reuse``; None:
     never reused) and end the job with the document's status."""
     job = _current(session, job_id, attempt)
     if job is None:

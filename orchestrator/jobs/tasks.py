@@ -7,12 +7,12 @@ memory (``COVERFARM_WORKER_MEMORY_GB``, else MemTotal; ``coverfarm worker`` sets
 both with its package versions, and runs no job of another stack or one that needs more memory.
 
 The task body imports no torch; the engine (``settings.engine``, by default ``worker.engine:analyze``)
-is a plugin, imported by that name on the first job a process runs. Of the worker package it imports
-only the torch-free host facts a worker registers and keys reuse with: ``worker.memory`` (this worker's
-memory), ``worker.versions`` (its package versions) and ``worker.reuse`` (the reuse key, from the
-engine module's ``reuse_fields``). Results and job transitions go straight to the database (CPU workers
-are trusted, inside the farm), each in its own transaction; tasks a transaction creates (the slow
-re-run) are sent only after it commits.
+is a plugin, imported by that name on the first job a process runs; the task imports nothing of the
+worker package. The torch-free host facts a worker registers and keys reuse with are the contract's:
+``coverfarm.worker_memory`` (this worker's memory), ``coverfarm.versions`` (its package versions) and
+``coverfarm.reuse`` (the reuse key, from the engine module's ``reuse_fields``). Results and job
+transitions go straight to the database (CPU workers are trusted, inside the farm), each in its own
+transaction; tasks a transaction creates (the slow re-run) are sent only after it commits.
 """
 
 from __future__ import annotations
@@ -37,20 +37,20 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from coverfarm import reuse
 from coverfarm.periodic import Outage, Periodic
 from coverfarm.queues import LOWER_TASK, LowerMessage, make_celery
 from coverfarm.result import Options, ResultDocument
 from coverfarm.settings import Settings, get_settings
 from coverfarm.stack_detect import detect_stack
 from coverfarm.stacks import DEFAULT_STACK
+from coverfarm.versions import versions
+from coverfarm.worker_memory import worker_memory_gb
 from orchestrator.artifacts import repository as artifacts
 from orchestrator.artifacts.store import ArtifactError, ArtifactStore, Stored
 from orchestrator.db import make_engine, make_sessionmaker, unit_of_work
 from orchestrator.jobs import service as jobs
 from orchestrator.workers import service as workers
-from worker import reuse
-from worker.memory import worker_memory_gb
-from worker.versions import versions
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ def _reuse_fields(spec: str) -> reuse.ReuseFields | None:
 
 
 def cell_reuse_key(rt: Runtime, started: jobs.StartedJob) -> str | None:
-    """The started cell's reuse key (``worker.reuse``); None when the engine names none, or when the
+    """The started cell's reuse key (``coverfarm.reuse``); None when the engine names none, or when the
     key cannot be computed here (said in the log; the cell then runs and is stored without one)."""
     try:
         fields = _reuse_fields(rt.settings.engine)

@@ -8,7 +8,7 @@
 
 Every transition runs on a row locked with SELECT ... FOR UPDATE (SQLite has no row locks, but its
 writers are serialised on the whole file), records why it happened and writes an event in the same
-transaction; a CPU job's change is written onto its cell's state too (``sweeps.state.refresh_cell``).
+transaction; a CPU job's change is written onto its cell's state too (``jobs.cell_state.refresh_cell``).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, joinedload
 
 from orchestrator.events.repository import emit
+from orchestrator.jobs.cell_state import refresh_cell
 from orchestrator.models import REASON, Cell, Job, JobKind, JobStatus, clip, utcnow
-from orchestrator.sweeps.state import refresh_cell
 
 ALLOWED: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED}),

@@ -1,6 +1,6 @@
-"""HTTP for reports: a sweep's blocker groups with what-if estimates, the diff of two sweeps (or two
-stacks), and a sweep's progress over its stacks. The tracker body itself (report.md) is served with the
-sweep's other views."""
+"""HTTP for reports: a sweep's tracker body (report.md), its blocker groups with what-if estimates, the
+diff of two sweeps (or two stacks), and a sweep's progress over its stacks. The tracker body is one of a
+sweep's views and is listed with them (its own router, ``tracker_router``, under the sweeps' tag)."""
 
 from __future__ import annotations
 
@@ -18,11 +18,31 @@ from orchestrator.reports.schemas import BlockersReport, ProgressReport, SweepDi
 from orchestrator.sweeps import service as sweeps
 
 router = APIRouter(tags=["reports"])
+# The tracker body, listed in the schema with the sweep's other views; the app includes it right after
+# the sweeps' router.
+tracker_router = APIRouter(tags=["sweeps"])
 
 BackendQuery = Annotated[str | None, Query(description="only this backend's cells")]
 StackQuery = Annotated[str | None, Query(description="only this stack's cells")]
 StackA = Annotated[str | None, Query(description="sweep a's stack (alone: the same stack of both sweeps)")]
 StackB = Annotated[str | None, Query(description="sweep b's stack (alone: the same stack of both sweeps)")]
+
+
+@tracker_router.get(
+    "/sweeps/{sweep_id:int}/report.md",
+    response_class=Response,
+    responses={**responses(404), **MARKDOWN},
+)
+def sweep_report(
+    sweep_id: Id,
+    session: SessionDep,
+    backend: Annotated[str | None, Query(description="only this backend's tracker body")] = None,
+    stack: Annotated[str | None, Query(description="only this stack's tracker bodies")] = None,
+) -> PlainTextResponse:
+    """The tracker body of each backend: Coverage with legend, Notes, Built on, Known issues, repros;
+    of each backend and stack when the sweep has several stacks."""
+    markdown = service.report(session, sweeps.get(session, sweep_id), backend, stack)
+    return PlainTextResponse(markdown, media_type="text/markdown; charset=utf-8")
 
 
 @router.get("/sweeps/{sweep_id:int}/blockers", responses=responses(404))

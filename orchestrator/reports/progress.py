@@ -76,7 +76,7 @@ class BlockerStep:
 @dataclass(frozen=True)
 class BackendProgress:
     backend: str
-    device_classes: list[str]  # the device columns shown (coverfarm.reports.service.device_classes_shown)
+    device_classes: list[str]  # the device columns shown (orchestrator.reports.service.device_classes_shown)
     rows: list[Row]  # one per policy, in name order
     blockers: list[BlockerStep]  # one per step
 

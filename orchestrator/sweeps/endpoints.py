@@ -1,17 +1,16 @@
-"""HTTP for sweeps and cells; the behaviour is in service.py."""
+"""HTTP for sweeps and cells; the behaviour is in service.py. A sweep's tracker body (report.md) is the
+reports' (``orchestrator.reports.endpoints.tracker_router``)."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response, status
-from fastapi.responses import PlainTextResponse
 
 from orchestrator.deps import AdminDep, SessionDep, SettingsDep
-from orchestrator.errors import MARKDOWN, responses
+from orchestrator.errors import responses
 from orchestrator.inputs import Id, Offset, StrictJSONRoute
 from orchestrator.models import JobStatus
-from orchestrator.reports import service as reports
 from orchestrator.sweeps import service
 from orchestrator.sweeps.schemas import (
     CellPage,
@@ -80,23 +79,6 @@ def sweep_cells(
 @router.post("/sweeps/{sweep_id:int}/cancel", dependencies=[AdminDep], responses=responses(401, 404))
 def cancel_sweep(sweep_id: Id, session: SessionDep) -> SweepPublic:
     return service.sweep_view(service.cancel(session, sweep_id), workers.live(session))
-
-
-@router.get(
-    "/sweeps/{sweep_id:int}/report.md",
-    response_class=Response,
-    responses={**responses(404), **MARKDOWN},
-)
-def sweep_report(
-    sweep_id: Id,
-    session: SessionDep,
-    backend: Annotated[str | None, Query(description="only this backend's tracker body")] = None,
-    stack: Annotated[str | None, Query(description="only this stack's tracker bodies")] = None,
-) -> PlainTextResponse:
-    """The tracker body of each backend: Coverage with legend, Notes, Built on, Known issues, repros;
-    of each backend and stack when the sweep has several stacks."""
-    markdown = reports.report(session, service.get(session, sweep_id), backend, stack)
-    return PlainTextResponse(markdown, media_type="text/markdown; charset=utf-8")
 
 
 @router.get("/cells/{cell_id:int}", responses=responses(404))

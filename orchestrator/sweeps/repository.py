@@ -40,7 +40,7 @@ def count_sweeps(session: Session) -> int:
 
 def tally(session: Session, sweep_ids: Sequence[int]) -> dict[int, SweepTally]:
     """Per sweep: cells per state, and cells and device jobs pending, counted in the database off the
-    cells' kept states (``sweeps.state.refresh_cell``): no job read but the pending device ones."""
+    cells' kept states (``jobs.cell_state.refresh_cell``): no job read but the pending device ones."""
     tallies = {sweep_id: SweepTally() for sweep_id in sweep_ids}
     if not sweep_ids:
         return tallies

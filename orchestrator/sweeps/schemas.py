@@ -43,7 +43,7 @@ class SweepCreate(BaseModel):
     device_classes: list[Name] = Field(default_factory=list, max_length=20)
     # None: the farm's stage bound. The range is checked against the settings by the service.
     timeout_s: Number | None = None
-    # Result reuse (worker.reuse): fresh lowers every cell again even where a stored result has its
+    # Result reuse (coverfarm.reuse): fresh lowers every cell again even where a stored result has its
     # key; reuse_unfinished lets cells take stored slow and failed results too, not only ok ones.
     fresh: Flag = False
     reuse_unfinished: Flag = False

@@ -14,11 +14,11 @@ from coverfarm.result import Options
 from coverfarm.settings import Settings
 from orchestrator.errors import Invalid, NotFound
 from orchestrator.events.repository import emit
+from orchestrator.jobs import cell_state as derived
 from orchestrator.jobs import service as jobs
 from orchestrator.jobs.repository import pending_of_sweep
 from orchestrator.models import PENDING_STATUSES, Cell, Job, JobKind, JobStatus, Sweep, utcnow
 from orchestrator.sweeps import repository
-from orchestrator.sweeps import state as derived
 from orchestrator.sweeps.schemas import (
     BackendColumn,
     CellBrief,
@@ -33,6 +33,7 @@ from orchestrator.sweeps.schemas import (
     SweepPublic,
     SweepSummary,
 )
+from orchestrator.sweeps.state import sweep_state
 from orchestrator.workers.service import Live
 
 
@@ -157,7 +158,7 @@ def get_cell(session: Session, cell_id: int) -> Cell:
 
 
 def cell_state(cell: Cell) -> tuple[JobStatus, bool]:
-    """(state, pending) of a loaded cell: ``sweeps.state.cell_state`` over its CPU jobs (device jobs
+    """(state, pending) of a loaded cell: ``jobs.cell_state.cell_state`` over its CPU jobs (device jobs
     have their own columns and do not change the cell's state)."""
     cpu = [job for job in cell.jobs if job.kind is JobKind.LOWER]
     return derived.cell_state(
@@ -242,7 +243,7 @@ def _summary_fields(sweep: Sweep, cells: list[CellPublic]) -> dict[str, Any]:
         "device_classes": list(sweep.device_classes),
         "fresh": sweep.fresh,
         "reuse_unfinished": sweep.reuse_unfinished,
-        "state": derived.sweep_state(sweep.cancelled_at is not None, pending),
+        "state": sweep_state(sweep.cancelled_at is not None, pending),
         "counts": dict(sorted(counts.items())),
         "cancelled_at": sweep.cancelled_at,
     }
@@ -304,7 +305,7 @@ def _light_summary(sweep: Sweep, tally: repository.SweepTally) -> SweepSummary:
         device_classes=list(sweep.device_classes),
         fresh=sweep.fresh,
         reuse_unfinished=sweep.reuse_unfinished,
-        state=derived.sweep_state(sweep.cancelled_at is not None, tally.pending > 0),
+        state=sweep_state(sweep.cancelled_at is not None, tally.pending > 0),
         counts=dict(sorted(tally.counts.items())),
         cancelled_at=sweep.cancelled_at,
     )

@@ -1,5 +1,5 @@
 """The routing scheme of lower jobs, stack × memory class (``coverfarm.routes``), and the concurrency a
-worker's memory allows (``worker.memory.concurrency_for``)."""
+worker's memory allows (``coverfarm.worker_memory.concurrency_for``)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from coverfarm.routes import (
 )
 from coverfarm.stack_detect import STACK_ENV, detect_stack
 from coverfarm.stacks import DEFAULT_STACK
+from coverfarm.worker_memory import JOB_MEMORY_FLOOR_GB, concurrency_for
 from coverfarm_cli import main
-from worker.memory import JOB_MEMORY_FLOOR_GB, concurrency_for
 
 
 def test_the_default_stack_keeps_the_queue_names_from_before_stacks() -> None:

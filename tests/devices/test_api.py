@@ -16,8 +16,8 @@ from coverfarm.settings import Settings
 from coverfarm.signing import new_key_pair, sign
 from coverfarm.stacks import DEFAULT_STACK
 from orchestrator.devices import service as devices
-from orchestrator.devices.grid import device_cells
 from orchestrator.models import DeviceRun, EnrolmentToken, Job, JobStatus, Runner, Sweep, utcnow
+from orchestrator.reports.devices import device_cells
 
 
 def device_run_count(sessions: sessionmaker[Session]) -> int:

@@ -17,9 +17,9 @@ from coverfarm.baseline import BaselineResult
 from coverfarm.device_result import LatencyStats
 from coverfarm.result import Options
 from coverfarm.settings import Settings
-from orchestrator.devices.grid import device_cells
 from orchestrator.devices.speedups import sweep_speedups
 from orchestrator.models import DeviceBaseline, Job, JobKind, JobStatus, Runner, RunnerState, Sweep
+from orchestrator.reports.devices import device_cells
 
 
 def baseline_document(policy: str, median_ms: float | None, status: str = "ok") -> dict[str, Any]:

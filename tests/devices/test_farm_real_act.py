@@ -41,9 +41,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from coverfarm.baseline import BaselineResult
 from coverfarm.device_result import DeviceResult
 from coverfarm.tracker import backend_title
-from orchestrator.devices.grid import device_cells
 from orchestrator.devices.speedups import speedup_of
 from orchestrator.models import Cell, DeviceBaseline, DeviceRun, Sweep
+from orchestrator.reports.devices import device_cells
 
 CLASS = f"cpu-{os.uname().machine}-xnnpack"
 # The whole sweep: act traced (or found in the cache), lowered for XNNPACK, its bundle run and its eager

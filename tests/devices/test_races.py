@@ -28,9 +28,9 @@ from coverfarm.settings import Settings
 from dashboard.app import create_app
 from orchestrator.db import make_engine, make_sessionmaker
 from orchestrator.jobs import service as jobs
-from orchestrator.jobs.reconciler import reconcile_once
 from orchestrator.migrate import upgrade
 from orchestrator.models import Job, JobAttempt, JobStatus, Runner, utcnow
+from orchestrator.reconciler import reconcile_once
 
 TOKEN = "races-admin-token"
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}

@@ -19,8 +19,8 @@ from runnertools import StartRunner, run_cli
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.devices.grid import device_cells
 from orchestrator.models import Cell, DeviceRun, Job, JobAttempt, JobStatus, Sweep, utcnow
+from orchestrator.reports.devices import device_cells
 
 CLASS = f"cpu-{os.uname().machine}-xnnpack"
 

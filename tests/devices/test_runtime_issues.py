@@ -17,8 +17,8 @@ from coverfarm.result import Options
 from coverfarm.settings import Settings
 from coverfarm.signing import new_key_pair, sign
 from gpu_runner.native_runtime import classify_exit
-from orchestrator.devices.grid import device_cells
 from orchestrator.models import Sweep
+from orchestrator.reports.devices import device_cells
 
 RECORDED = Path(__file__).resolve().parents[1] / "gpu_runner" / "recorded"
 

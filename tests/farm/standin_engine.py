@@ -9,9 +9,9 @@ Per policy: ``vqbet`` exports ``slow`` unless its bound is the long one (>= 1000
 
 Memory: ``$STANDIN_NEEDS_GB`` (``diffusion=40,act=100``) says what a policy's real weights need; with
 ``weights: auto`` on a worker with less (``COVERFARM_WORKER_MEMORY_GB``, as the engine reads it) the
-cell is measured with fake weights and not exported, as the engine does (``worker.weights``).
+cell is measured with fake weights and not exported, as the engine does (``worker.trace.weights``).
 
-Result reuse (``worker.reuse``): with ``$STANDIN_REUSE`` set, ``reuse_fields`` names the stand-in's
+Result reuse (``coverfarm.reuse``): with ``$STANDIN_REUSE`` set, ``reuse_fields`` names the stand-in's
 "versions" and "engine digest" from ``$STANDIN_VERSIONS`` and ``$STANDIN_ENGINE_DIGEST``, so a test can
 change either; without it every job's key is its own, so the farm's other tests measure every cell.
 """
@@ -35,8 +35,8 @@ from coverfarm.result import (
     StageStatus,
     WeightsInfo,
 )
-from worker.memory import worker_memory_gb
-from worker.weights import export_not_run
+from coverfarm.worker_memory import worker_memory_gb
+from worker.trace.weights import export_not_run
 
 LONG_BOUND_S = 1000.0
 

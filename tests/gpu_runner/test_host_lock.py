@@ -17,7 +17,7 @@ from runnerhelp import ROOT
 
 from coverfarm.device_result import DeviceResult
 from coverfarm.hostlock import HostLock
-from worker.stages.bounded import StageRun, run_bounded
+from worker.child.bounded import StageRun, run_bounded
 
 SLEEPY = str(ROOT / "tests" / "worker")
 

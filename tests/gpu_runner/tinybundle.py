@@ -16,10 +16,10 @@ from pathlib import Path
 import torch
 
 from coverfarm.result import ResultDocument, StageResult, StageStatus
-from worker.bundle import write_bundle
-from worker.policies.base import Call, ChunkPlan, TracedPolicy, TracedProgram
-from worker.stages.events import EventLog
-from worker.stages.trace import write_trace
+from worker.bundle.write import write_bundle
+from worker.child.events import EventLog
+from worker.trace.policies.base import Call, ChunkPlan, TracedPolicy, TracedProgram
+from worker.trace.stage import write_trace
 
 
 class Obs(torch.nn.Module):

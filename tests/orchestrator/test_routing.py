@@ -28,7 +28,7 @@ from orchestrator.sweeps import cell_views
 from orchestrator.sweeps import service as sweeps
 from orchestrator.sweeps.schemas import SweepCreate
 from orchestrator.workers import service as workers
-from worker.weights import export_not_run
+from worker.trace.weights import export_not_run
 
 OLD = "et-1.4.1"  # a stack name; no catalogue is consulted
 

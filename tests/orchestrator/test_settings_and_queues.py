@@ -77,7 +77,8 @@ def test_embedded_broker_is_a_folder_in_home(tmp_path: Path) -> None:
 def test_default_names_are_what_the_engine_supports() -> None:
     # In a child process: the registry imports torch and LeRobot, which this process never loads.
     code = (
-        "import json; from worker.policies.registry import supported; from worker.backends import BACKENDS;"
+        "import json; from worker.trace.policies.registry import supported;"
+        " from worker.lower.backends import BACKENDS;"
         "print(json.dumps([supported(), sorted(BACKENDS)]))"
     )
     result = subprocess.run(

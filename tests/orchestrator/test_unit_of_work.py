@@ -16,8 +16,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from coverfarm.queues import make_celery
 from coverfarm.settings import Settings
 from orchestrator.db import unit_of_work
-from orchestrator.jobs.reconciler import reconcile_once
 from orchestrator.models import Job, Sweep
+from orchestrator.reconciler import reconcile_once
 from orchestrator.sweeps import service as sweeps
 from orchestrator.sweeps.schemas import SweepCreate
 

@@ -12,7 +12,7 @@ import json
 import time
 from pathlib import Path
 
-from worker.stages.events import EventLog
+from worker.child.events import EventLog
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--partition-mb", type=int, default=0)

@@ -8,9 +8,9 @@ from typing import Any
 
 import torch
 
-from worker.backends import get_backend
-from worker.stages.events import EventLog, read_events
-from worker.stages.lower import lower_program
+from worker.child.events import EventLog, read_events
+from worker.lower.backends import get_backend
+from worker.lower.stage import lower_program
 
 
 def lower_events(

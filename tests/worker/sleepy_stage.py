@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from worker.stages.events import EventLog
+from worker.child.events import EventLog
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--partition-s", type=float, default=0.0)

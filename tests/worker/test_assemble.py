@@ -8,8 +8,8 @@ from typing import Any
 
 from coverfarm import tracker
 from coverfarm.result import ResultDocument, StageResult, StageStatus
-from worker.assemble import fold_lower_events
-from worker.stages.bounded import StageRun
+from worker.child.bounded import StageRun
+from worker.lower.assemble import fold_lower_events
 
 MANIFEST = {
     "programs": [

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from worker.backends import canonical_reason, capability_reasons
+from worker.lower.backends import canonical_reason, capability_reasons
 
 
 class RefusesRelu(OperatorSupportBase):

@@ -13,7 +13,7 @@ from coverfarm.device_result import DeviceResult, TimingRules
 from coverfarm.result import Options
 from coverfarm_cli import main
 from gpu_runner.stats import latency_stats
-from worker.baseline import measure_baseline
+from worker.bundle.baseline import measure_baseline
 
 ROOT = Path(__file__).resolve().parents[2]
 COVERFARM = [sys.executable, "-m", "coverfarm_cli"]
@@ -46,7 +46,7 @@ def test_a_policy_the_engine_cannot_build_fails_with_its_cause() -> None:
     result = measure_baseline("no_such_policy", Options(), QUICK)
     assert result.status == "failed" and result.latency is None
     assert result.error is not None
-    expected = "worker.policies.registry.UnsupportedPolicyError: no adapter for policy 'no_such_policy'"
+    expected = "worker.trace.policies.registry.UnsupportedPolicyError: no adapter for policy 'no_such_policy'"
     assert result.error.startswith(expected)
     assert result.torch_version is not None and result.threads is not None  # the child got that far
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.stages.bounded import run_bounded
+from worker.child.bounded import run_bounded
 
 HERE = str(Path(__file__).parent)
 
@@ -63,7 +63,7 @@ def test_a_crashing_child_is_reported_not_raised(tmp_path: Path) -> None:
 PARENT = """
 import sys
 from pathlib import Path
-from worker.stages.bounded import run_bounded
+from worker.child.bounded import run_bounded
 tmp = Path(sys.argv[1])
 run_bounded("sleepy_stage", ["--partition-s", "60"], events_path=tmp / "events.jsonl",
             bounds={"partition": 120}, first_phase="partition", log_path=tmp / "log.txt")

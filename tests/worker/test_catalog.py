@@ -7,8 +7,8 @@ from lerobot.configs.policies import PreTrainedConfig
 
 from coverfarm import catalog
 from coverfarm.offline_causes import NO_OFFLINE_BUILD
-from worker.backends import BACKENDS
-from worker.policies.registry import supported
+from worker.lower.backends import BACKENDS
+from worker.trace.policies.registry import supported
 
 
 def test_the_catalog_holds_the_trackers_25_policies() -> None:
@@ -44,8 +44,8 @@ def test_each_policy_is_registered_by_the_module_the_registry_names() -> None:
     import importlib
     import pkgutil
 
-    import worker.policies.adapters as package
-    from worker.policies import registry
+    import worker.trace.policies.adapters as package
+    from worker.trace.policies import registry
 
     modules = {
         found.name for found in pkgutil.iter_modules(package.__path__) if not found.name.startswith("_")
@@ -55,7 +55,7 @@ def test_each_policy_is_registered_by_the_module_the_registry_names() -> None:
         importlib.import_module(f"{package.__name__}.{module}")
     assert set(registry._ADAPTERS) == set(registry.ADAPTER_MODULES)
     for name, module in registry.ADAPTER_MODULES.items():
-        assert registry.get_adapter(name).__module__ == f"worker.policies.adapters.{module}", name
+        assert registry.get_adapter(name).__module__ == f"worker.trace.policies.adapters.{module}", name
 
 
 def test_listing_the_adapters_imports_none_and_getting_one_imports_only_it() -> None:
@@ -64,10 +64,10 @@ def test_listing_the_adapters_imports_none_and_getting_one_imports_only_it() -> 
 
     code = """
 import sys
-from worker.policies.registry import get_adapter, supported
+from worker.trace.policies.registry import get_adapter, supported
 
 def adapters():
-    prefixes = ("worker.policies.adapters.", "lerobot")
+    prefixes = ("worker.trace.policies.adapters.", "lerobot")
     return sorted(m for m in sys.modules if m.startswith(prefixes) and "._" not in m)
 
 supported()
@@ -78,4 +78,4 @@ print([m for m in adapters() if m.startswith("worker.")])
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300
     )
-    assert result.stdout.splitlines()[:2] == ["[]", "['worker.policies.adapters.act']"]
+    assert result.stdout.splitlines()[:2] == ["[]", "['worker.trace.policies.adapters.act']"]

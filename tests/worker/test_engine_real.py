@@ -14,7 +14,7 @@ from small_checkpoints import SMALL_DIFFUSION, SMALL_DIFFUSION_FEATURES, save_sm
 
 from coverfarm import tracker
 from coverfarm.result import Options, ResultDocument, StageStatus
-from worker.bundle import bundle_digest, load_manifest
+from worker.bundle.write import bundle_digest, load_manifest
 from worker.engine import analyze
 
 pytestmark = pytest.mark.real_policy

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from worker.stages.events import error_fields
+from worker.child.events import error_fields
 
 
 def test_the_message_carries_the_exception_it_was_raised_while_handling() -> None:

@@ -1,5 +1,5 @@
 """Building under fake weights: the upstream initialisers that need values are skipped for fake tensors
-only (``worker.fake_weights.building_fake``)."""
+only (``worker.trace.fake_weights.building_fake``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensorMode
 
-from worker.fake_weights import building_fake, is_fake
+from worker.trace.fake_weights import building_fake, is_fake
 
 
 def test_truncated_normal_needs_values_under_a_plain_fake_mode() -> None:

@@ -1,7 +1,7 @@
 """Fake weights give exactly the coverage of real weights: everything but export, for act on both
 backends and for vqbet (blockers, a batched convolution kept on the CPU, 21 programs) on Vulkan (the
 fake-weight path is the same up to the partitioner, which is the backend's own). The
-policy is built under a FakeTensorMode (``worker.fake_weights``), so these numbers can be computed for
+policy is built under a FakeTensorMode (``worker.trace.fake_weights``), so these numbers can be computed for
 policies whose real weights do not fit the worker."""
 
 from __future__ import annotations

@@ -12,9 +12,9 @@ import pytest
 
 from coverfarm.result import FP16_TOLERANCE, Options, ResultDocument, StageResult, StageStatus
 from coverfarm_cli import main
-from worker.bundle import write_bundle
-from worker.stages.events import EventLog, read_events
-from worker.stages.trace import write_trace
+from worker.bundle.write import write_bundle
+from worker.child.events import EventLog, read_events
+from worker.trace.stage import write_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "gpu_runner"))
@@ -25,7 +25,7 @@ def lower(trace_dir: Path, out: Path, *flags: str) -> dict[str, dict[str, object
     out.mkdir()
     events = out / "events.jsonl"
     subprocess.run(
-        [sys.executable, "-m", "worker.stages.lower", "--trace-dir", str(trace_dir), "--backend", "vulkan",
+        [sys.executable, "-m", "worker.lower.stage", "--trace-dir", str(trace_dir), "--backend", "vulkan",
          "--lowering", "fast", "--out", str(out), "--events", str(events), *flags],
         cwd=ROOT, check=True, capture_output=True, timeout=600,
     )  # fmt: skip

@@ -1,4 +1,4 @@
-"""The shipped health-check bundles: each is what ``worker.health`` lowers today, and wholly delegated.
+"""The shipped health-check bundles: each is what ``worker.bundle.health`` lowers today, and wholly delegated.
 
 The Vulkan one is lowered here with the wheel's real ``VulkanPartitioner``; the wheel has no Vulkan
 runtime, so what can be checked here is the program itself: one delegate call to ``VulkanBackend`` and no
@@ -15,10 +15,10 @@ from executorch.exir._serialize._program import deserialize_pte_binary
 from coverfarm.digest import bundle_digest
 from gpu_runner.manifest import load_manifest
 from orchestrator.artifacts.health import SHIPPED
-from worker import health
+from worker.bundle import health
 
 DELEGATE = {"vulkan": "VulkanBackend", "xnnpack": "XnnpackBackend"}
-REBUILD = "rebuild it: python -m worker.health orchestrator/artifacts/health/{0} {0}"
+REBUILD = "rebuild it: python -m worker.bundle.health orchestrator/artifacts/health/{0} {0}"
 
 
 def delegation(pte: Path) -> tuple[list[str], list[str]]:

@@ -7,9 +7,9 @@ import operator
 import torch
 from executorch.exir import to_edge
 
-from worker.metrics.graph import counted_nodes, op_name
-from worker.metrics.groups import connected_groups
-from worker.metrics.macs import node_macs
+from worker.lower.metrics.graph import counted_nodes, op_name
+from worker.lower.metrics.groups import connected_groups
+from worker.lower.metrics.macs import node_macs
 
 
 def edge_macs(module: torch.nn.Module, *inputs: torch.Tensor) -> dict[str, int]:

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-import worker.reuse
+import worker.engine
 from coverfarm.result import Options
-from worker.reuse import ENGINE_SOURCES, engine_code_digest, reuse_key, stack_fields
+from coverfarm.reuse import reuse_key
+from worker.engine import ENGINE_SOURCES, engine_code_digest, stack_fields
 
 
 def key(backend: str = "xnnpack", **options: object) -> str:
@@ -43,10 +44,10 @@ def test_the_key_names_the_cell_its_options_and_how_auto_weights_resolve(
 def test_the_key_changes_with_the_versions(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COVERFARM_WORKER_MEMORY_GB", "24")
     base = key()
-    from worker import versions
+    from coverfarm.versions import versions
 
-    bumped = {**versions.versions(), "executorch": "99.0"}
-    monkeypatch.setattr(versions, "versions", lambda: bumped)
+    bumped = {**versions(), "executorch": "99.0"}
+    monkeypatch.setattr(worker.engine, "versions", lambda: bumped)
     assert key() != base
 
 
@@ -54,11 +55,12 @@ def test_the_engine_digest_covers_the_code_that_lowers_and_counts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     copy = tmp_path / "worker"
-    shutil.copytree(worker.reuse.WORKER, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(worker.reuse, "WORKER", copy)
+    shutil.copytree(worker.engine.WORKER, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(worker.engine, "WORKER", copy)
     digest = engine_code_digest.__wrapped__
     assert digest() == engine_code_digest()  # the copy is the same code
-    (copy / "policies" / "act.py").write_text("# not the engine's lowering code\n", encoding="utf-8")
+    not_lowering = copy / "trace" / "policies" / "act.py"
+    not_lowering.write_text("# not the engine's lowering code\n", encoding="utf-8")
     assert digest() == engine_code_digest()
     for name in ENGINE_SOURCES:
         path = copy / name

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.stages.bounded import run_bounded
+from worker.child.bounded import run_bounded
 
 HERE = str(Path(__file__).parent)
 MB = 2**20

@@ -10,7 +10,7 @@ import torch
 from lowerhelp import blockers, lower_events
 from tracker_repros import Blocks, Fn, Put
 
-from worker.lowering.pattern_cache import cached_pattern_graphs
+from worker.lower.fast.pattern_cache import cached_pattern_graphs
 
 
 @pytest.fixture(scope="module", autouse=True)

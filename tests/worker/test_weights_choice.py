@@ -9,11 +9,11 @@ import torch
 
 from coverfarm import tracker
 from coverfarm.result import ResultDocument, StageResult, StageStatus
-from worker.fake_weights import building_fake
-from worker.memory import GB, estimated_peak_gb, needs_worker_gb, worker_memory_gb
-from worker.policies.base import Call, ChunkPlan, TracedPolicy, TracedProgram
-from worker.stages.trace import parameter_bytes
-from worker.weights import decide, export_not_run
+from coverfarm.worker_memory import GB, worker_memory_gb
+from worker.trace.fake_weights import building_fake
+from worker.trace.policies.base import Call, ChunkPlan, TracedPolicy, TracedProgram
+from worker.trace.stage import parameter_bytes
+from worker.trace.weights import decide, estimated_peak_gb, export_not_run, needs_worker_gb
 
 
 def test_auto_takes_real_weights_when_the_estimate_fits() -> None:

@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from worker.stages.events import EventLog
+from worker.child.events import EventLog
 
 
 class _CurrentStderr:

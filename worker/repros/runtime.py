@@ -20,7 +20,7 @@ import torch
 
 from coverfarm import runtime_repros
 from coverfarm.runtime_repros import RuntimeReproRef
-from worker.health import build, single_program
+from worker.bundle.health import build, single_program
 
 
 class IndexSecondDim(torch.nn.Module):

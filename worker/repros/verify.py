@@ -18,10 +18,10 @@ from pathlib import Path
 
 from coverfarm.hostlock import host_lock
 from coverfarm.result import Repro
-from worker.backends import LEFT_OUT, canonical_reason
+from coverfarm.versions import versions
+from worker.child.bounded import run_bounded
+from worker.lower.backends import LEFT_OUT, canonical_reason
 from worker.repros.script import VERDICT_PREFIX
-from worker.stages.bounded import run_bounded
-from worker.versions import versions
 
 START_BOUND_S = 300.0  # importing torch and executorch in the child, before the first repro
 OUTPUT_LIMIT = 20_000  # characters of a repro's output kept in the result document

@@ -1,1 +1,0 @@
-"""Lowering helpers: the exact fast partitioner, its switch, and the per-partition work fast skips."""

@@ -1,1 +1,0 @@
-"""Stage child processes (trace, lower), their event logs and time bounds."""
