@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from coverfarm.device_result import MISSING_OPERATOR
+
 
 @dataclass(frozen=True)
 class RuntimeReproRef:
@@ -33,7 +35,7 @@ REFS = (
         "2026-12-02; so did argmax(p / q), its input computed in the delegate)",
     ),
     RuntimeReproRef(
-        "Missing operator: aten.logical_not.default",
+        f"{MISSING_OPERATOR}aten.logical_not.default",
         "aten.logical_not.default",
         "logical_not",
         "reproduces: refused at load with the same message on h200-vulkan (main cff6f4dd32, 2026-12-02)",
@@ -41,7 +43,7 @@ REFS = (
 )
 
 
-MISSING_OPERATOR = re.compile(r"Missing operator: (\S+)")
+_MISSING_OP = re.compile(re.escape(MISSING_OPERATOR) + r"(\S+)")
 
 
 def for_message(message: str) -> RuntimeReproRef | None:
@@ -51,5 +53,5 @@ def for_message(message: str) -> RuntimeReproRef | None:
 
 def missing_operator(message: str) -> str | None:
     """The op a runtime says it has no kernel for (``Missing operator: aten.logical_not.default``)."""
-    found = MISSING_OPERATOR.search(message)
+    found = _MISSING_OP.search(message)
     return found.group(1) if found else None

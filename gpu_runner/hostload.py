@@ -51,37 +51,40 @@ def _loadavg() -> float | None:
         return None
 
 
-def _stat_fields(stat: str) -> list[str]:
-    """A ``/proc/<pid>/stat`` line's fields after the command name (which may hold spaces)."""
-    return stat[stat.rindex(")") + 2 :].split()
+def _stat(pid: int | str) -> tuple[int, float]:
+    """(parent pid, CPU seconds used so far) of a live process, from ``/proc/<pid>/stat`` (its fields
+    after the command name, which may hold spaces: ppid is the 2nd, utime and stime the 12th and 13th)."""
+    stat = (Path("/proc") / str(pid) / "stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds a live process has used so far (``/proc``)."""
+    return _stat(pid)[1]
 
 
 def live_descendant_seconds(root: int | None = None) -> float:
     """CPU seconds used so far by the live descendants of process ``root`` (default: this one), read
     from ``/proc``; 0.0 where there is none or no ``/proc``. A child once reaped is in ``os.times``."""
     root = os.getpid() if root is None else root
-    parents: dict[int, int] = {}
-    used: dict[int, float] = {}
-    tick = os.sysconf("SC_CLK_TCK")
+    stats: dict[int, tuple[int, float]] = {}
     try:
-        entries = [entry for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+        entries = [entry.name for entry in Path("/proc").iterdir() if entry.name.isdigit()]
     except OSError:
         return 0.0
-    for entry in entries:
+    for name in entries:
         try:
-            fields = _stat_fields((entry / "stat").read_text())
+            stats[int(name)] = _stat(name)
         except (OSError, ValueError):
             continue  # gone meanwhile
-        pid = int(entry.name)
-        parents[pid] = int(fields[1])  # ppid; utime and stime are fields 14 and 15 of the whole line
-        used[pid] = (int(fields[11]) + int(fields[12])) / tick
     children: dict[int, list[int]] = {}
-    for pid, ppid in parents.items():
+    for pid, (ppid, _) in stats.items():
         children.setdefault(ppid, []).append(pid)
     total, todo = 0.0, list(children.get(root, []))
     while todo:
         pid = todo.pop()
-        total += used[pid]
+        total += stats[pid][1]
         todo.extend(children.get(pid, []))
     return total
 

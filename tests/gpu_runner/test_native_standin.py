@@ -15,11 +15,11 @@ from standin_executor_runner import write_standin
 from coverfarm import runtime_repros
 from coverfarm.device_result import DeviceResult, TimingRules
 from coverfarm.digest import bundle_digest
+from gpu_runner import native_runtime
 from gpu_runner.bundle_run import run_bundle
 from gpu_runner.native_runtime import (
     COMMIT_ENV_VAR,
     IO_DIR_ENV_VAR,
-    SHARED_MEMORY,
     VERSION_ENV_VAR,
     NativeRuntime,
     classify_exit,
@@ -211,7 +211,13 @@ def test_a_server_hands_over_through_memory_unless_the_host_says_where(
     """A live server's .bin files go to /dev/shm: on the H200, act's chunk took 30.2-32.0 ms that way
     against 33.2-37.5 ms through the disk's /tmp (three alternating pairs, binary's own 25.1 ms)."""
     monkeypatch.delenv(IO_DIR_ENV_VAR, raising=False)
-    expected = str(SHARED_MEMORY) if SHARED_MEMORY.is_dir() and os.access(SHARED_MEMORY, os.W_OK) else None
-    assert memory_folder() == expected
-    monkeypatch.setenv(IO_DIR_ENV_VAR, str(tmp_path))
-    assert memory_folder() == str(tmp_path)
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    monkeypatch.setattr(native_runtime, "SHARED_MEMORY", shm)
+    assert memory_folder() == str(shm)
+    monkeypatch.setattr(native_runtime, "SHARED_MEMORY", tmp_path / "absent")
+    assert memory_folder() is None  # the default temp folder
+    chosen = tmp_path / "chosen"
+    monkeypatch.setenv(IO_DIR_ENV_VAR, str(chosen))
+    monkeypatch.setattr(native_runtime, "SHARED_MEMORY", shm)
+    assert memory_folder() == str(chosen)

@@ -3,7 +3,6 @@ fresh processes judged together, and a speed-up only from two trusted measuremen
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from coverfarm.device_result import DeviceResult, Isolation, LatencyStats, Timin
 from coverfarm.hostlock import HostLock
 from coverfarm.result import Options
 from gpu_runner.bundle_run import run_bundle
-from gpu_runner.hostload import LoadMeter, host_id, live_descendant_seconds
+from gpu_runner.hostload import LoadMeter, cpu_seconds, host_id, live_descendant_seconds
 from gpu_runner.replicas import run_replicated
 from gpu_runner.stats import MAX_S_REACHED, MIN_REACHED, combine, latency_stats, replica, timed_loop
 
@@ -177,11 +176,6 @@ def test_chunks_long_enough_are_timed_one_per_sample() -> None:
 BUSY_CHILD = "import time\nend = time.process_time() + 1.5\nwhile time.process_time() < end:\n    pass\n"
 
 
-def _cpu_seconds_of(pid: int) -> float:
-    fields = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 def test_a_live_child_counts_as_the_timed_process_own_cpu_not_as_another_process() -> None:
     """A native runtime's server process runs the timed program: while it is alive its CPU is this
@@ -190,7 +184,7 @@ def test_a_live_child_counts_as_the_timed_process_own_cpu_not_as_another_process
     child = subprocess.Popen([sys.executable, "-c", BUSY_CHILD])
     try:
         deadline = time.monotonic() + 30
-        while (child_s := _cpu_seconds_of(child.pid)) < 1.0 and time.monotonic() < deadline:
+        while (child_s := cpu_seconds(child.pid)) < 1.0 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert live_descendant_seconds() >= child_s  # the child is among the live descendants
         load = meter.stop()  # the child is still alive and unreaped here
