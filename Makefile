@@ -72,6 +72,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/farm_api.py
 	$(BIN)/python benchmarks/farm_overhead.py
 	$(BIN)/python benchmarks/farm_rerun.py
+	$(BIN)/python benchmarks/farm_sweep.py
 	$(BIN)/python benchmarks/dashboard_page.py
 	$(BIN)/python benchmarks/runner_latency.py
 

@@ -97,6 +97,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="let cells reuse stored slow and failed results too (by default only ok ones)",
     )
+    submit.add_argument(
+        "--reuse-device",
+        action="store_true",
+        help="let a reused cell take the device runs and baselines stored with its result too, "
+        "instead of running its bundle again",
+    )
     submit.add_argument("--wait", action="store_true", help="wait until every cell is done, print the report")
     submit.add_argument(
         "--device-classes", default="", help="comma-separated device classes to run bundles on (none)"
@@ -289,6 +295,8 @@ def run_submit(args: argparse.Namespace) -> int:
         body["fresh"] = True
     if getattr(args, "reuse_unfinished", False):
         body["reuse_unfinished"] = True
+    if getattr(args, "reuse_device", False):
+        body["reuse_device"] = True
     if getattr(args, "device_classes", ""):
         body["device_classes"] = _names(args.device_classes)
     if getattr(args, "stacks", None):

@@ -165,6 +165,9 @@ class Sweep(Base):
     # reuse_unfinished lets a cell take a stored slow or failed result too, not only an ok one.
     fresh: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     reuse_unfinished: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # reuse_device: a reused cell takes the stored device runs and baselines of its reuse key too,
+    # instead of running its bundle again (a device's number belongs to its run unless asked).
+    reuse_device: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # The stacks (coverfarm.stacks) the sweep measures, in the order it names them; each cell is of one.
     stacks: Mapped[list[str]] = mapped_column(
         JSONType, default=lambda: [DEFAULT_STACK], server_default=text(f"'[\"{DEFAULT_STACK}\"]'")

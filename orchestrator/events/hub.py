@@ -1,7 +1,7 @@
 """Fan-out of stored events to SSE clients, woken by Postgres LISTEN/NOTIFY across processes.
 
-One thread per orchestrator process listens on the ``coverfarm_events`` channel (``emit`` notifies
-inside the writing transaction, so the wake-up arrives exactly at commit, from whichever process
+One thread per orchestrator process listens on the ``coverfarm_events`` channel (a trigger on ``events``
+notifies inside the writing transaction, so the wake-up arrives exactly at commit, from whichever process
 wrote), reads the new rows and hands them to each subscriber's asyncio queue. The rows, not the
 notifications, carry the data: a notification lost across a reconnect costs at most the safety-net
 interval, never an event.

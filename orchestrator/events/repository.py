@@ -1,16 +1,21 @@
-"""Writing and reading the event log. An event is written in the same transaction as the change."""
+"""Writing and reading the event log. An event is written in the same transaction as the change.
+
+On Postgres the database notifies ``CHANNEL`` itself (a trigger on ``events``, migration 0010): Postgres
+delivers the notification when, and only if, the writing transaction commits, so a listener in another
+process wakes exactly when the event becomes readable, whoever wrote it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from orchestrator.models import Event
 
-CHANNEL = "coverfarm_events"
+CHANNEL = "coverfarm_events"  # notified by the trigger of migration 0010
 
 
 def emit(
@@ -24,10 +29,6 @@ def emit(
 ) -> Event:
     event = Event(kind=kind, sweep_id=sweep_id, cell_id=cell_id, job_id=job_id, payload=payload or {})
     session.add(event)
-    if session.get_bind().dialect.name == "postgresql":
-        # Postgres delivers NOTIFY when (and only if) this transaction commits, so a listener in
-        # another process wakes exactly when the event becomes readable.
-        session.execute(text("SELECT pg_notify(:channel, '')"), {"channel": CHANNEL})
     return event
 
 

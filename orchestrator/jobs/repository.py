@@ -7,12 +7,26 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import Select, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from coverfarm.device_result import ProbeReport
-from orchestrator.models import LIVE_RUNNER_STATES, Cell, Job, JobAttempt, JobStatus, Result, Runner, utcnow
+from orchestrator.models import (
+    LIVE_RUNNER_STATES,
+    Cell,
+    CellDeviceRow,
+    DeviceBaseline,
+    DeviceRun,
+    Job,
+    JobAttempt,
+    JobStatus,
+    Result,
+    Runner,
+    utcnow,
+)
+
+REUSED_SOURCE = "reused"  # a device run's source when it was copied from a cell of the same reuse key
 
 
 def _insert(session: Session) -> Any:
@@ -109,3 +123,50 @@ def baseline_classes(session: Session) -> set[str]:
 def _times_baselines(probe: dict[str, Any]) -> bool:
     baseline = ProbeReport.model_validate(probe).baseline
     return baseline is not None and baseline.status == "ok"
+
+
+def stored_device_row(
+    session: Session,
+    model: type[DeviceRun] | type[DeviceBaseline],
+    reuse_key: str,
+    device_class: str,
+    statuses: Sequence[str] | None,
+    bundle_sha256: str | None = None,
+) -> DeviceRun | DeviceBaseline | None:
+    """The newest device run (or baseline) on ``device_class`` of a cell whose newest result has
+    ``reuse_key``, with one of ``statuses`` (None: any) and, for a run, of bundle ``bundle_sha256``."""
+    query: Select[Any] = (
+        select(model)
+        .join(Cell, Cell.id == model.cell_id)
+        .join(Result, Result.id == Cell.result_id)
+        .where(Result.reuse_key == reuse_key, model.device_class == device_class)
+        .order_by(model.updated_at.desc(), model.id.desc())
+        .limit(1)
+    )
+    if statuses is not None:
+        query = query.where(model.status.in_(statuses))
+    if bundle_sha256 is not None and model is DeviceRun:
+        query = query.where(DeviceRun.bundle_sha256 == bundle_sha256)
+    found: DeviceRun | DeviceBaseline | None = session.scalars(query).first()
+    return found
+
+
+def copy_device_row(session: Session, row: CellDeviceRow, cell_id: int) -> None:
+    """A copy of a stored device run or baseline as ``cell_id``'s, marked ``reused`` (a run's source)
+    and of no job of this cell; its runner and document are the source's, as measured."""
+    values = {
+        "cell_id": cell_id,
+        "device_class": row.device_class,
+        "job_id": None,
+        "runner_id": row.runner_id,
+        "attempt": row.attempt,
+        "status": row.status,
+        "median_ms": row.median_ms,
+        "error": row.error,
+        "document": row.document,
+    }
+    if isinstance(row, DeviceRun):
+        session.add(DeviceRun(**values, source=REUSED_SOURCE, bundle_sha256=row.bundle_sha256))
+    else:
+        session.add(DeviceBaseline(**values))
+    session.flush()

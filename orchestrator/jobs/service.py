@@ -25,7 +25,7 @@ from orchestrator.db import Outgoing, enqueue_after_commit
 from orchestrator.jobs import repository
 from orchestrator.jobs.cell_state import refresh_cell
 from orchestrator.jobs.transitions import TERMINAL, lock_job, transition
-from orchestrator.models import Cell, Job, JobAttempt, JobKind, JobStatus, utcnow
+from orchestrator.models import Cell, DeviceBaseline, DeviceRun, Job, JobAttempt, JobKind, JobStatus, utcnow
 from orchestrator.workers import service as workers
 from orchestrator.workers.service import Live
 
@@ -182,21 +182,59 @@ def _send(session: Session, job: Job) -> None:
     enqueue_after_commit(session, Outgoing(message, job.queue, job.timeout_s))
 
 
-def create_device_jobs(session: Session, cell: Cell, settings: Settings) -> list[Job]:
+@dataclass(frozen=True)
+class DeviceReuse:
+    """What a reused cell of a ``reuse_device`` sweep takes stored device results by: its reuse key,
+    its bundle, and which statuses (None: any, the sweep's ``reuse_unfinished``; else ok only)."""
+
+    key: str
+    bundle_sha256: str
+    statuses: tuple[str, ...] | None
+
+
+def create_device_jobs(
+    session: Session, cell: Cell, settings: Settings, reuse: DeviceReuse | None = None
+) -> list[Job]:
     """One device job per device class of the cell's sweep that runs the cell's backend, and beside it a
-    baseline job (eager PyTorch on that class's host CPU) when a runner of the class can time one."""
+    baseline job (eager PyTorch on that class's host CPU) when a runner of the class can time one.
+
+    With ``reuse``, a class whose run (or baseline) is stored for a cell of the same reuse key and bundle
+    gets a copy of it (``repository.copy_device_row``) instead of a job."""
     created = []
     timers = repository.baseline_classes(session)
     for name in cell.sweep.device_classes:
         if device_classes.backend_of(name) != cell.backend:
             continue
         timeout = settings.device_timeout_s
-        queue = device_queue(name, cell.stack)
-        created.append(create_device_job(session, cell, JobKind.DEVICE_RUN, name, queue, timeout))
-        if name in timers:
+        if not _reused_device_row(session, cell, DeviceRun, name, reuse):
+            queue = device_queue(name, cell.stack)
+            created.append(create_device_job(session, cell, JobKind.DEVICE_RUN, name, queue, timeout))
+        if not _reused_device_row(session, cell, DeviceBaseline, name, reuse) and name in timers:
             queue = baseline_queue(name)
             created.append(create_device_job(session, cell, JobKind.BASELINE, name, queue, timeout))
     return created
+
+
+def _reused_device_row(
+    session: Session,
+    cell: Cell,
+    model: type[DeviceRun] | type[DeviceBaseline],
+    device_class: str,
+    reuse: DeviceReuse | None,
+) -> bool:
+    """Copy the stored row of ``model`` that ``reuse`` finds for ``device_class`` onto ``cell``; False
+    when there is none to reuse (or no reuse was asked for)."""
+    if reuse is None:
+        return False
+    found = repository.stored_device_row(
+        session, model, reuse.key, device_class, reuse.statuses, reuse.bundle_sha256
+    )
+    if found is None or found.cell_id == cell.id:
+        return False
+    repository.copy_device_row(session, found, cell.id)
+    what = model.__tablename__
+    log.info("cell %s: reused the %s row on %s of cell %s", cell.id, what, device_class, found.cell_id)
+    return True
 
 
 AttemptAlive = Callable[[str | None, int | None], bool]
@@ -259,8 +297,9 @@ def start(
     job.worker_pid = pid
     job.error = None
     session.add(JobAttempt(job_id=job.id, attempt=job.attempt, worker=worker))
+    # The worker's own heartbeat says it is alive (and brings an offline one back); the start does not
+    # lock the worker's row, one statement fewer per job.
     transition(session, job, JobStatus.RUNNING, f"attempt {job.attempt} started on {worker}")
-    workers.seen(session, worker)
     options = Options.model_validate({**job.cell.options, "timeout_s": job.timeout_s})
     sweep = job.cell.sweep
     return StartedJob(
@@ -360,7 +399,12 @@ def finish(
         create_lower(session, job.cell, STAGE_LOWER_LONG, settings.long_timeout_s, job.memory_gb)
     if status is JobStatus.OK and doc.bundle is not None and artifacts.known(session, doc.bundle.sha256):
         # Sent after commit, like every job: a runner never claims a job whose row does not exist.
-        create_device_jobs(session, job.cell, settings)
+        sweep = job.cell.sweep
+        reuse = None
+        if doc.reused_from is not None and sweep.reuse_device and reuse_key is not None:
+            statuses = None if sweep.reuse_unfinished else ("ok",)
+            reuse = DeviceReuse(reuse_key, doc.bundle.sha256, statuses)
+        create_device_jobs(session, job.cell, settings, reuse)
 
 
 def _to_bigger_worker(session: Session, job: Job, doc: ResultDocument) -> bool:

@@ -44,9 +44,11 @@ class SweepCreate(BaseModel):
     # None: the farm's stage bound. The range is checked against the settings by the service.
     timeout_s: Number | None = None
     # Result reuse (coverfarm.reuse): fresh lowers every cell again even where a stored result has its
-    # key; reuse_unfinished lets cells take stored slow and failed results too, not only ok ones.
+    # key; reuse_unfinished lets cells take stored slow and failed results too, not only ok ones;
+    # reuse_device lets a reused cell take the device runs and baselines stored with its key too.
     fresh: Flag = False
     reuse_unfinished: Flag = False
+    reuse_device: Flag = False
     # The stacks to measure, each cell once per stack; a stack no live worker serves waits for one.
     stacks: list[StackName] = Field(default_factory=lambda: [DEFAULT_STACK], min_length=1, max_length=20)
 
@@ -130,6 +132,7 @@ class SweepSummary(BaseModel):
     device_classes: list[str] = Field(default_factory=list)
     fresh: bool = False
     reuse_unfinished: bool = False
+    reuse_device: bool = False
     state: Literal["running", "done", "cancelled"]
     counts: dict[str, int]  # cells per state
     cancelled_at: datetime | None

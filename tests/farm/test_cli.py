@@ -72,7 +72,7 @@ def test_submit_takes_every_option_the_api_takes(server: str, capsys: pytest.Cap
     code = main(
         ["sweep", "submit", "--url", server, "--token", TOKEN, "--policies", "act", "--backends", "vulkan",
          "--no-constant-prop", "--lowering", "stock", "--weights", "fake", "--force-fp16", "--timeout", "25",
-         "--fresh", "--reuse-unfinished", "--device-classes", "h200-vulkan"]
+         "--fresh", "--reuse-unfinished", "--reuse-device", "--device-classes", "h200-vulkan"]
     )  # fmt: skip
     assert code == 0
     sweep_id = int(capsys.readouterr().out.strip())
@@ -84,6 +84,7 @@ def test_submit_takes_every_option_the_api_takes(server: str, capsys: pytest.Cap
         "force_fp16": True,
     }
     assert (summary["timeout_s"], summary["fresh"], summary["reuse_unfinished"]) == (25, True, True)
+    assert summary["reuse_device"] is True
     assert summary["device_classes"] == ["h200-vulkan"]
     cell = httpx.get(f"{server}/api/sweeps/{sweep_id}/cells").json()["cells"][0]
     assert httpx.get(f"{server}{cell['url']}").json()["options"]["weights"] == "fake"

@@ -391,3 +391,41 @@ def test_0009_reads_each_jobs_kind_and_device_class_off_its_stage(
         assert checks == {"ck_jobs_job_status"}
     finally:
         engine.dispose()
+
+
+def test_0010_postgres_notifies_the_events_channel_at_commit_once_per_insert(tmp_path: Path) -> None:
+    """After 0010 the database notifies ``coverfarm_events`` for every INSERT into events (whoever
+    writes it, with no statement of its own): nothing before the commit, nothing for a rolled-back
+    transaction, one for a committed one; the downgrade takes the trigger away."""
+    import psycopg
+
+    from orchestrator.events.repository import CHANNEL
+
+    settings = postgres_settings(tmp_path)
+    config = alembic_config(settings)
+    command.upgrade(config, "0010")
+    url = settings.database_url
+    assert url is not None
+    insert = "INSERT INTO events (created_at, kind, payload) VALUES (now(), 'test', '{}')"
+
+    def notified(listener: psycopg.Connection[tuple[object, ...]]) -> list[str]:
+        return [note.channel for note in listener.notifies(timeout=0.5, stop_after=10)]
+
+    with psycopg.connect(url, autocommit=True) as listener, psycopg.connect(url) as writer:
+        listener.execute(f"LISTEN {CHANNEL}")
+        writer.execute(insert)
+        writer.execute(insert)
+        assert notified(listener) == []  # not committed yet
+        writer.commit()
+        # Postgres folds identical notifications of one transaction into one.
+        assert notified(listener) == [CHANNEL]
+        writer.execute(insert)
+        writer.rollback()
+        assert notified(listener) == []
+        writer.execute(insert)
+        writer.commit()
+        assert notified(listener) == [CHANNEL]
+        command.downgrade(config, "0009")
+        writer.execute(insert)
+        writer.commit()
+        assert notified(listener) == []

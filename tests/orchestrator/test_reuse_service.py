@@ -1,6 +1,7 @@
 """What a reuse key finds (``jobs.reusable``) and what finishing with a reused result does, on the
 rolled-back Postgres session: the newest stored result of another job with that key, ok only unless
-asked, the source named once; its bundle's device jobs made afresh (device runs are never reused)."""
+asked, the source named once; its bundle's device jobs made afresh, unless the sweep asks for the
+device results stored with the key (``reuse_device``)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from coverfarm.settings import Settings
 from orchestrator.artifacts import repository as artifacts
 from orchestrator.artifacts.store import Stored
 from orchestrator.db import take_outbox
+from orchestrator.devices import repository as devices
 from orchestrator.jobs import service as jobs
-from orchestrator.models import Job
+from orchestrator.models import DeviceBaseline, DeviceRun, Job
 from orchestrator.sweeps import service as sweeps
 from orchestrator.sweeps.schemas import SweepCreate
 
@@ -100,3 +102,71 @@ def test_a_reused_result_with_a_bundle_gets_device_jobs_of_its_own(
     session.refresh(reusing.cell)
     assert [job.stage for job in reusing.cell.jobs] == ["lower", f"run:{DEVICE_CLASS}"]
     assert reusing.cell.jobs[1].status.value == "queued"
+
+
+def device_row(cell_id: int, status: str, median_ms: float | None, sha: str) -> dict[str, object]:
+    document = {"status": status, "median_ms": median_ms}
+    return {"cell_id": cell_id, "device_class": DEVICE_CLASS, "job_id": None, "runner_id": None,
+            "attempt": 1, "status": status, "median_ms": median_ms, "error": None,
+            "document": document, "source": "job", "bundle_sha256": sha}  # fmt: skip
+
+
+def finish_reusing(session: Session, settings: Settings, sha: str, **sweep: object) -> Job:
+    """A sweep's act cell finished with the stored result of KEY (bundle ``sha``), as a worker does."""
+    job, _ = lower_job(session, settings, device_classes=[DEVICE_CLASS], **sweep)
+    found = jobs.reusable(session, KEY, job.id, unfinished=False)
+    assert found is not None and found.bundle is not None and found.bundle.sha256 == sha
+    started = jobs.start(session, job.id, "w1", settings)
+    assert started is not None
+    jobs.finish(session, job.id, started.attempt, found, settings, reuse_key=KEY)
+    session.flush()
+    session.refresh(job.cell)
+    return job
+
+
+def test_a_reuse_device_sweep_takes_the_stored_device_results_of_its_key(
+    session: Session, settings: Settings
+) -> None:
+    sha = "cd" * 32
+    artifacts.record(session, Stored(sha, Path("/store") / sha, 10, 2))
+    source, _ = lower_job(session, settings, device_classes=[DEVICE_CLASS])
+    measured = document("act").model_copy(update={"bundle": Bundle(sha256=sha, path="/out/bundle")})
+    started = jobs.start(session, source.id, "w1", settings)
+    assert started is not None
+    jobs.finish(session, source.id, started.attempt, measured, settings, reuse_key=KEY)
+    session.flush()
+
+    # Nothing measured on the device yet: even a reuse_device sweep runs its bundle.
+    first = finish_reusing(session, settings, sha, reuse_device=True)
+    assert [job.stage for job in first.cell.jobs] == ["lower", f"run:{DEVICE_CLASS}"]
+
+    # A failed run is taken only with reuse_unfinished; an ok one by any reuse_device sweep.
+    devices.upsert_run(session, device_row(source.cell_id, "failed", None, sha))
+    assert len(finish_reusing(session, settings, sha, reuse_device=True).cell.jobs) == 2
+    unfinished = finish_reusing(session, settings, sha, reuse_device=True, reuse_unfinished=True)
+    assert [job.stage for job in unfinished.cell.jobs] == ["lower"]
+    devices.upsert_run(session, device_row(source.cell_id, "ok", 31.2, sha))
+    devices.upsert_baseline(
+        session, {k: v for k, v in device_row(source.cell_id, "ok", 78.0, sha).items()
+                  if k not in ("source", "bundle_sha256")}
+    )  # fmt: skip
+    session.flush()
+
+    taken = finish_reusing(session, settings, sha, reuse_device=True)
+    assert [job.stage for job in taken.cell.jobs] == ["lower"]  # no device job: the run is the stored one
+    run = session.query(DeviceRun).filter_by(cell_id=taken.cell_id).one()
+    assert (run.source, run.status, run.median_ms, run.bundle_sha256, run.job_id) == (
+        "reused",
+        "ok",
+        31.2,
+        sha,
+        None,
+    )
+    baseline = session.query(DeviceBaseline).filter_by(cell_id=taken.cell_id).one()
+    assert (baseline.status, baseline.median_ms) == ("ok", 78.0)
+    assert sweeps.summary(session, taken.cell.sweep_id).state == "done"
+
+    # Without reuse_device the device run is the cell's own, as before.
+    plain = finish_reusing(session, settings, sha)
+    assert [job.stage for job in plain.cell.jobs] == ["lower", f"run:{DEVICE_CLASS}"]
+    assert session.query(DeviceRun).filter_by(cell_id=plain.cell_id).one_or_none() is None
