@@ -30,6 +30,7 @@ import httpx
 import psycopg
 from farmbench import TOKEN, Farm, load
 
+from coverfarm.settings import Settings
 from coverfarm.worker_memory import GB, machine_memory_bytes
 
 
@@ -48,6 +49,7 @@ BACKENDS = "vulkan,xnnpack"
 class Job:
     policy: str
     backend: str
+    stage: str
     status: str
     worker: str
     started: datetime
@@ -61,19 +63,24 @@ class Job:
 def jobs_of(farm: Farm, sweep_id: int) -> list[Job]:
     with psycopg.connect(farm.env["COVERFARM_DATABASE_URL"]) as conn:
         rows = conn.execute(
-            "SELECT c.policy, c.backend, j.status, j.worker, j.started_at, j.finished_at"
+            "SELECT c.policy, c.backend, j.stage, j.status, j.worker, j.started_at, j.finished_at"
             " FROM jobs j JOIN cells c ON c.id = j.cell_id"
             " WHERE c.sweep_id = %s AND j.kind = 'lower' AND j.finished_at IS NOT NULL ORDER BY j.id",
             (sweep_id,),
         ).fetchall()
-    return [Job(p, b, str(s), (w or "").split("@")[0], st, fi) for p, b, s, w, st, fi in rows]
+    return [Job(p, b, g, str(s), (w or "").split("@")[0], st, fi) for p, b, g, s, w, st, fi in rows]
 
 
 def run(folder: Path, workers: int, policies: list[str], backends: list[str], timeout_s: float) -> None:
     memory = memtotal_gb() / workers
+    defaults = Settings()
     env = {
         "COVERFARM_ENGINE": "worker.engine:analyze",
         "COVERFARM_WORKER_MEMORY_GB": f"{memory:.1f}",
+        # The farm's own bounds, not the quick ones farmbench gives stand-in farms: a real cell is
+        # measured once, not cut at 30 s and re-run.
+        "COVERFARM_STAGE_TIMEOUT_S": str(defaults.stage_timeout_s),
+        "COVERFARM_LONG_TIMEOUT_S": str(defaults.long_timeout_s),
         "COVERFARM_HEARTBEAT_INTERVAL_S": "15",
         "COVERFARM_HEARTBEAT_TIMEOUT_S": "90",
         # A trace cache of this farm's own: each run traces its policies afresh, as a first run does.
@@ -97,16 +104,19 @@ def run(folder: Path, workers: int, policies: list[str], backends: list[str], ti
                     )
                 time.sleep(2)
         jobs = jobs_of(farm, sweep_id)
+        if any(job.stage != "lower" for job in jobs):
+            print("   (a cell ran out of its stage bound and was re-run with the long one: both are listed)")
         wall = max(job.finished for job in jobs).timestamp() - posted
         busy = sum(job.seconds for job in jobs)
         print(f"\n{workers} worker(s), {memory:.1f} GB each: {len(jobs)} lower jobs in {wall:.0f} s wall; "
               f"jobs' own time {busy:.0f} s, workers busy {100 * busy / (workers * wall):.0f}%; "
               f"counts {summary['counts']}")  # fmt: skip
         print(f"   before: {before}; after: {load()}")
-        print(f"   {'policy':<16} {'backend':<8} {'status':<7} {'worker':<10} {'seconds':>8}")
+        print(f"   {'policy':<16} {'backend':<8} {'stage':<10} {'status':<7} {'worker':<10} {'seconds':>8}")
         for job in sorted(jobs, key=lambda job: job.started):
             print(
-                f"   {job.policy:<16} {job.backend:<8} {job.status:<7} {job.worker:<10} {job.seconds:>8.1f}"
+                f"   {job.policy:<16} {job.backend:<8} {job.stage:<10} {job.status:<7} {job.worker:<10} "
+                f"{job.seconds:>8.1f}"
             )
     finally:
         farm.close()

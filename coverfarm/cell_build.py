@@ -8,7 +8,7 @@ document only (``document_view``). No torch, no database.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from coverfarm import device_classes
@@ -56,6 +56,7 @@ class DeviceInput:
     job: DeviceJob | None = None  # the bundle-run job, once the bundle exists
     enrolled: bool = False  # a runner that is not revoked serves the class
     run_runner_id: int | None = None  # the runners that reported the run and the baseline, as stored
+    run_reused: bool = False  # the run was taken from a cell of the same reuse key (a reuse_device sweep)
     baseline_runner_id: int | None = None
 
 
@@ -175,7 +176,7 @@ def _device(cell: Cell, device: DeviceInput) -> Column:
     if device_classes.backend_of(device.device_class) != cell.backend:
         return Column(Kind.NOT_APPLICABLE, cause=f"{device.device_class} runs another backend")
     if device.run is not None:
-        return _run(device, cell.release)
+        return replace(_run(device, cell.release), reused=device.run_reused)
     job = device.job
     if job is None and not cell.cpu.pending:
         return Column(Kind.NOT_APPLICABLE, cause=NO_BUNDLE)

@@ -76,6 +76,7 @@ class Column:
     since: datetime | None = None  # when what it waits for started (None: queued, or not waiting)
     command: str | None = None  # reproduces the column's value
     off_release: OffRelease | None = None  # device columns: the run's runtime is not the stack's release
+    reused: bool = False  # device columns: the run is a stored one of the same reuse key (reuse_device)
 
 
 @dataclass(frozen=True)

@@ -133,10 +133,13 @@ def _device_text(column: Column) -> str:
 
 def device_text(column: Column) -> str:
     """A device cell: "✓ 12.3 ms (4.1×)", "~25 ms" (samples not stable), "❌ cause", "⏳", "no device";
-    "⚠ runtime 1.5.0" after it when the run's runtime is not the stack's release."""
+    "⚠ runtime 1.5.0" after it when the run's runtime is not the stack's release, "↺" when the run is a
+    stored one of the cell's reuse key."""
     text = _device_text(column)
     if column.off_release is not None:
         text += f" {off_release_label(column.off_release)}"
+    if column.reused:
+        text += f" {REUSED}"
     return text
 
 
@@ -159,6 +162,8 @@ def device_hint(device_class: str, column: Column) -> str:
     flag = column.off_release
     if flag is not None:
         hint = f"{hint}: {off_release_hint(flag)}" + (f" ({flag.note})" if flag.note else "")
+    if column.reused:
+        hint = f"{hint}: {REUSED} the stored run of an earlier cell of the same reuse key and bundle"
     return hint
 
 

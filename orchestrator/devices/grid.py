@@ -14,6 +14,7 @@ from coverfarm.baseline import BaselineResult
 from coverfarm.cell_build import DeviceInput, DeviceJob
 from coverfarm.device_result import DeviceResult
 from orchestrator.devices import repository
+from orchestrator.jobs.repository import REUSED_SOURCE
 from orchestrator.jobs.service import cause
 from orchestrator.models import PENDING_STATUSES, Cell, Job, JobKind
 
@@ -61,6 +62,7 @@ def device_inputs(
                     job=DeviceJob(runner.status.value, cause(runner)) if runner is not None else None,
                     enrolled=name in enrolled,
                     run_runner_id=run.runner_id if (run := run_rows.get((cell.id, name))) else None,
+                    run_reused=run is not None and run.source == REUSED_SOURCE,
                     baseline_runner_id=b.runner_id if (b := timer_rows.get((cell.id, name))) else None,
                 )
             )

@@ -78,6 +78,14 @@ def test_a_stable_run_and_a_stable_baseline_give_a_speedup() -> None:
     assert tracker.device_text(view.devices[CLASS]) == "✓ 3.25 ms (4.0×)"
 
 
+def test_a_run_taken_from_a_cell_of_the_same_reuse_key_is_marked_as_reused() -> None:
+    taken = build(device_view(run(3.25), baseline(13.0), run_reused=True)).devices[CLASS]
+    own = build(device_view(run(3.25), baseline(13.0))).devices[CLASS]
+    assert tracker.device_text(taken) == "✓ 3.25 ms (4.0×) ↺"
+    assert "same reuse key" in tracker.device_hint(CLASS, taken)
+    assert (tracker.device_text(own), tracker.device_hint(CLASS, own)) == ("✓ 3.25 ms (4.0×)", CLASS)
+
+
 def test_an_unstable_run_reads_about_its_median_without_speedup_and_its_cv_in_the_tooltip() -> None:
     view = build(device_view(run(25.3, stable=False, cv=0.12), baseline(13.0)))
     column = view.devices[CLASS]
