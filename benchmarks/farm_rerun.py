@@ -99,8 +99,9 @@ def seed_device_rows(session: Any, repository: Any, cell_id: int, backend: str, 
         repository.upsert_baseline(session, row | {"median_ms": 78.0})
 
 
-def rerun(farm: Farm, api: httpx.Client, devices: bool) -> tuple[float, int, float]:
-    """(wall s from the POST to the last finish, cells reused, median job start-to-finish s)."""
+def rerun(farm: Farm, api: httpx.Client, devices: bool) -> tuple[float, int, float, int]:
+    """(wall s from the POST to the last finish, cells reused, median job start-to-finish s, device runs
+    and baselines taken from stored ones)."""
     sweep_id, posted = submit(api, devices)
     deadline = time.monotonic() + 600
     while (summary := api.get(f"/api/sweeps/{sweep_id}/summary").json())["state"] != "done":
@@ -113,10 +114,17 @@ def rerun(farm: Farm, api: httpx.Client, devices: bool) -> tuple[float, int, flo
             " WHERE c.sweep_id = %s",
             (sweep_id,),
         ).fetchall()
+        taken = sum(
+            conn.execute(
+                f"SELECT count(*) FROM {table} d JOIN cells c ON c.id = d.cell_id WHERE c.sweep_id = %s",
+                (sweep_id,),
+            ).fetchone()[0]  # type: ignore[index]
+            for table in ("device_runs", "device_baselines")
+        )
     wall = max(finished for _, finished, _ in rows).timestamp() - posted
     reused = sum(1 for _, _, reason in rows if reason and "reused the result of job" in reason)
     inside = statistics.median((finished - started).total_seconds() for started, finished, _ in rows)
-    return wall, reused, inside
+    return wall, reused, inside, taken
 
 
 def main() -> int:
@@ -139,10 +147,12 @@ def main() -> int:
             farm.workers(["real"])
             print(f"one real-engine worker ready; {load()}")
             for run in range(1, args.runs + 1):
-                wall, reused, inside = rerun(farm, api, args.devices)
+                wall, reused, inside, taken = rerun(farm, api, args.devices)
                 print(
                     f"rerun {run}: {wall:.2f} s for {cells} cells (target < 10 s), {reused} of {cells} "
-                    f"reused, median job start to finish {1000 * inside:.0f} ms; {load()}"
+                    f"reused, median job start to finish {1000 * inside:.0f} ms"
+                    + (f", {taken} stored device runs and baselines taken" if args.devices else "")
+                    + f"; {load()}"
                 )
     finally:
         farm.close()
