@@ -367,6 +367,15 @@
   setStatus("reconnecting", "connecting…");
   watchMore();
   connect();
+  // Leaving the page closes its stream: a page kept for the back button would otherwise hold its
+  // connection, and after six of them Chromium queues the next page's requests behind them (about a
+  // minute). Coming back to a kept page opens a new stream, which resyncs the cells.
+  window.addEventListener("pagehide", function () {
+    if (source) source.close();
+  });
+  window.addEventListener("pageshow", function (event) {
+    if (event.persisted) connect();
+  });
   tick();
   setInterval(tick, 1000);
 })();
