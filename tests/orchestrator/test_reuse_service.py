@@ -10,7 +10,7 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 from test_jobs_service import document
 
-from coverfarm.result import Bundle, StageStatus
+from coverfarm.result import Bundle, ResultDocument, StageStatus
 from coverfarm.settings import Settings
 from orchestrator.artifacts import repository as artifacts
 from orchestrator.artifacts.store import Stored
@@ -80,10 +80,9 @@ def test_start_says_whether_the_sweep_is_fresh(session: Session, settings: Setti
     assert (started_fresh.fresh, started_fresh.reuse_unfinished) == (True, True)
 
 
-def test_a_reused_result_with_a_bundle_gets_device_jobs_of_its_own(
-    session: Session, settings: Settings
-) -> None:
-    sha = "ab" * 32
+def lowered_with_bundle(session: Session, settings: Settings, sha: str) -> tuple[Job, ResultDocument]:
+    """An act cell of a sweep on DEVICE_CLASS lowered, its result stored under KEY with bundle ``sha``
+    (in the store's records), as a worker stores it: the job and its document."""
     artifacts.record(session, Stored(sha, Path("/store") / sha, 10, 2))
     source, _ = lower_job(session, settings, device_classes=[DEVICE_CLASS])
     measured = document("act").model_copy(update={"bundle": Bundle(sha256=sha, path="/out/bundle")})
@@ -91,6 +90,14 @@ def test_a_reused_result_with_a_bundle_gets_device_jobs_of_its_own(
     assert started is not None
     jobs.finish(session, source.id, started.attempt, measured, settings, reuse_key=KEY)
     session.flush()
+    return source, measured
+
+
+def test_a_reused_result_with_a_bundle_gets_device_jobs_of_its_own(
+    session: Session, settings: Settings
+) -> None:
+    sha = "ab" * 32
+    _, measured = lowered_with_bundle(session, settings, sha)
 
     reusing, _ = lower_job(session, settings, device_classes=[DEVICE_CLASS])
     found = jobs.reusable(session, KEY, reusing.id, unfinished=False)
@@ -128,13 +135,7 @@ def test_a_reuse_device_sweep_takes_the_stored_device_results_of_its_key(
     session: Session, settings: Settings
 ) -> None:
     sha = "cd" * 32
-    artifacts.record(session, Stored(sha, Path("/store") / sha, 10, 2))
-    source, _ = lower_job(session, settings, device_classes=[DEVICE_CLASS])
-    measured = document("act").model_copy(update={"bundle": Bundle(sha256=sha, path="/out/bundle")})
-    started = jobs.start(session, source.id, "w1", settings)
-    assert started is not None
-    jobs.finish(session, source.id, started.attempt, measured, settings, reuse_key=KEY)
-    session.flush()
+    source, _ = lowered_with_bundle(session, settings, sha)
 
     # Nothing measured on the device yet: even a reuse_device sweep runs its bundle.
     first = finish_reusing(session, settings, sha, reuse_device=True)
