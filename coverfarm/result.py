@@ -116,7 +116,10 @@ class Repro(BaseModel):
     reason_seen: str | None = None  # the support check's reason in the repro; None when it accepted
     delegated: bool | None = None  # whether the repro's op ended up in a backend program
     error: str | None = None  # why it could not be run or judged (timeout, crash, no verdict)
-    cached: bool = False  # the verdict came from the repro cache (same text, same versions)
+    # Kept so that documents stored with it still validate; never set now. Whether a verdict came from the
+    # repro cache says which process ran the script first, not what the wheel does, and a result must not
+    # depend on that (a cold and a warm cache give the same document).
+    cached: bool = False
 
 
 class Blocker(BaseModel):

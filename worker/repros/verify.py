@@ -159,5 +159,4 @@ def judge(text: str, outcome: Outcome, expected_reason: str) -> Repro:
         reason_seen=seen,
         delegated=outcome.delegated,
         error=outcome.error,
-        cached=outcome.cached,
     )
