@@ -57,11 +57,19 @@ def _xdist_worker() -> int:
     return int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
 
 
+# Two test sessions on one machine (two checkouts, say) keep apart by a name of their own: its databases
+# carry the suffix, and its Redis databases live on that session's own redis-server.
+SESSION_SUFFIX = os.environ.get("COVERFARM_TEST_SESSION", "")
+SESSION_REDIS = os.environ.get("COVERFARM_TEST_REDIS", "127.0.0.1:6379")
+
+
 def recreate_database(name: str) -> str:
     """An empty Postgres database (dropped first if a previous run left it), as a URL. Each xdist worker
     gets its own database of that name (suffixed with its index), so parallel workers never share one."""
     if worker := _xdist_worker():
         name = f"{name}_gw{worker}"
+    if SESSION_SUFFIX:
+        name = f"{name}_{SESSION_SUFFIX}"
     with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
@@ -80,7 +88,7 @@ def session_broker(database: int) -> str:
     assert worker < len(_BROKER_SHIFTS), f"no Redis database left for xdist worker {worker}"
     shifted = database - _BROKER_SHIFTS[worker]
     assert 0 <= shifted < 16, f"Redis database {shifted} of xdist worker {worker} does not exist"
-    return f"redis://127.0.0.1:6379/{shifted}"
+    return f"redis://{SESSION_REDIS}/{shifted}"
 
 
 @contextlib.contextmanager
