@@ -11,11 +11,12 @@ PYTEST_ARGS ?=
 # Test processes (pytest-xdist): one per core here; tests/conftest.py keeps each file in one process.
 PYTEST_WORKERS ?= 2
 
-.PHONY: help install stack run test lint typecheck unit fuzz bench clean
+.PHONY: help install stack run test test-hosts lint typecheck unit fuzz bench clean
 
 help:
 	@echo "make run    - a sweep end to end on the embedded default (no servers), grid served"
 	@echo "make test   - install if needed, then ruff, mypy and the test suite"
+	@echo "make test-hosts - the farm across hosts in network namespaces (root; tests/hosts)"
 	@echo "make bench  - the benchmark scripts in benchmarks/"
 	@echo "make stack STACK=NAME [WHEEL=path.whl] - a stack's virtualenv in .stacks/NAME (docs/stacks.md)"
 
@@ -55,13 +56,18 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m "not fuzz" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m "not fuzz" --ignore=tests/hosts $(PYTEST_ARGS)
 
 # schemathesis over the served schema, bounded (fixed seed and examples); -s prints each run's figures.
 fuzz: $(STAMP)
 	$(BIN)/python -m pytest -n 0 -s -m fuzz tests/devices/test_fuzz.py
 
 test: lint typecheck unit fuzz
+
+# The farm across hosts (docker-compose.yml's services in network namespaces) and its faults, one at a
+# time: each test builds hosts and breaks one. Needs root, iproute2 and PostgreSQL 15 (skipped without).
+test-hosts: $(STAMP)
+	$(BIN)/python -m pytest -n 0 -s tests/hosts $(PYTEST_ARGS)
 
 run: $(STAMP)
 	$(BIN)/coverfarm up

@@ -181,9 +181,18 @@ class ComposeFarm:
     """docker-compose.yml's services on hosts of their own: ``db`` (Postgres and Redis),
     ``orchestrator``, and one host per worker."""
 
-    def __init__(self, folder: Path, workers: Sequence[str] = ("worker1", "worker2")) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        workers: Sequence[str] = ("worker1", "worker2"),
+        path: Sequence[Path] = (),
+        **settings: str,
+    ) -> None:
+        """``path``: directories the farm's processes import a stand-in engine from; ``settings``: more
+        test settings over ``TEST_SETTINGS``."""
         self.network = Network(folder)
         self.folder = folder
+        self.path = list(path)
         try:
             self.db = self.network.host("db")
             self.orchestrator = self.network.host("orch")
@@ -192,7 +201,7 @@ class ComposeFarm:
             self.artifacts.mkdir()
             self._pg_folder = Path(tempfile.mkdtemp(prefix="coverfarm-hosts-pg-"))
             shutil.chown(self._pg_folder, "postgres", "postgres")
-            self.env = compose_environment(self.db.address) | TEST_SETTINGS
+            self.env = compose_environment(self.db.address) | TEST_SETTINGS | settings
             self.env["COVERFARM_ARTIFACT_DIR"] = str(self.artifacts)
             self.url = f"http://{self.orchestrator.address}:{API_PORT}"
             self._init_postgres()
@@ -251,7 +260,7 @@ class ComposeFarm:
     # --- the orchestrator and the workers -------------------------------------------------------
 
     def start_orchestrator(self) -> None:
-        env = child_env(self.env, COVERFARM_HOME=str(self.orchestrator.folder / "home"))
+        env = child_env(self.env, self.path, COVERFARM_HOME=str(self.orchestrator.folder / "home"))
         self.server = self.orchestrator.start(compose_command("orchestrator"), env, "serve.log")
         wait_for(self._api_answers, 60, "the orchestrator host to answer")
 
@@ -263,12 +272,22 @@ class ComposeFarm:
 
     def start_worker(self, name: str) -> subprocess.Popen[bytes]:
         host = self.workers[name]
-        env = child_env(self.env, COVERFARM_HOME=str(host.folder / "home"))
+        env = child_env(self.env, self.path, COVERFARM_HOME=str(host.folder / "home"))
         log = host.folder / "worker.log"
         process = host.start(compose_command("worker"), env, "worker.log")
         wait_for(lambda: b" ready." in log.read_bytes() or process.poll() is not None, 60, f"{name} ready")
         assert process.poll() is None, log.read_text()
         return process
+
+    def cli(self, host: Host, *args: str) -> str:
+        """A ``coverfarm`` command on ``host``, to its end; its standard output."""
+        env = child_env(self.env, self.path, COVERFARM_HOME=str(host.folder / "home"))
+        done = subprocess.run(
+            ["ip", "netns", "exec", host.namespace, *coverfarm_command(*args)],
+            env=env, cwd=ROOT, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stdout
 
     def api(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
