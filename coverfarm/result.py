@@ -174,6 +174,8 @@ class TraceInfo(BaseModel):
     substitutions: list[str] = Field(default_factory=list)  # static stand-ins for untraceable code
     frames: int = 0  # eager reference frames computed within the trace bound
     frames_wanted: int = 16
+    # The policy stacks a history of observations: frame 0 (the test case) is its only reference frame.
+    frame_history: bool = False
 
 
 class WeightsInfo(BaseModel):

@@ -398,6 +398,7 @@ def analyze(
         substitutions=manifest.get("substitutions", []),
         frames=manifest.get("frames", 0),
         frames_wanted=manifest.get("frames_wanted", options.frames),
+        frame_history=bool(manifest.get("frame_history", False)),
     )
 
     lowered = lower(doc, manifest, trace_dir, work, say, repro_cache or default_repro_cache())

@@ -2,8 +2,9 @@
 
 Run as ``python -m worker.trace.stage``. It writes a trace directory: one ``.pt2`` per program (saved with
 ``torch.export.save``, so anyone can re-check the numbers with plain ExecuTorch calls), the chunk plan,
-16 deterministic frames with the eager-PyTorch action chunk of each, and the test case (each program's
-inputs and eager outputs on frame 0). ``trace.json`` is written last: a directory without it is
+16 deterministic frames with the eager-PyTorch action chunk of each (frame 0 alone for a policy that
+stacks a history of observations), and the test case (each program's inputs and eager outputs on frame
+0). ``trace.json`` is written last: a directory without it is
 incomplete.
 
 With ``--weights fake`` the policy is built and exported under a fake tensor mode
@@ -71,6 +72,12 @@ def parameter_bytes(traced: TracedPolicy) -> int:
     return sum(sizes.values())
 
 
+def history_steps(traced: TracedPolicy) -> int:
+    """How many observations the policy stacks per input (its config's ``n_obs_steps``; 1 without)."""
+    steps = traced.config.get("n_obs_steps")
+    return steps if isinstance(steps, int) and steps > 0 else 1
+
+
 def write_trace(
     traced: TracedPolicy, out: Path, log: EventLog, frames_wanted: int, fake: bool = False
 ) -> dict[str, Any]:
@@ -80,7 +87,14 @@ def write_trace(
     stage can start from it, then rewritten after each further frame: eager references of a big
     denoiser cost minutes per frame, and a reference phase that runs out of time leaves the frames it
     finished (the manifest says how many) instead of nothing.
+
+    A policy that stacks a history of observations (``n_obs_steps`` over 1 in its config: diffusion,
+    vqbet, multi_task_dit) gets frame 0 alone: its test case is what the tracker compares, since a run of
+    independent frames is not an input such a policy ever sees. The manifest says so (``frame_history``).
     """
+    frame_history = history_steps(traced) > 1
+    if frame_history:
+        frames_wanted = min(frames_wanted, 1)
     programs = []
     runs = traced.plan.runs_per_chunk()
     weight_bytes = parameter_bytes(traced)
@@ -120,6 +134,7 @@ def write_trace(
         },
         "frames": 0,
         "frames_wanted": frames_wanted,
+        "frame_history": frame_history,
         "checks": {},
     }
     if fake:  # eager references need values
