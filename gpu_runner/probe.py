@@ -23,6 +23,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from coverfarm import device_classes as class_names
 from coverfarm.device_result import (
     Board,
     EagerBaseline,
@@ -224,12 +225,31 @@ def gpu_slug(name: str) -> str:
     return "-".join(w for w in kept if w) or "gpu"
 
 
+CPU_CLASS_ENV_VAR = "COVERFARM_CPU_CLASS"
+
+
+def cpu_class(board: Board, declared: str | None = None) -> tuple[str | None, str | None]:
+    """The XNNPACK class of this host's CPU and, when a declared name is refused, why.
+
+    ``cpu-<arch>-xnnpack`` by default. A host whose CPU should not share a column with every other host
+    of its architecture (a 16-core server beside a 2-core VM) declares its own name in
+    ``COVERFARM_CPU_CLASS`` (``h200-host-xnnpack``); it must be a well-formed class ending in ``-xnnpack``.
+    """
+    if not declared:
+        return f"cpu-{board.arch}-xnnpack", None
+    try:
+        return class_names.check(declared, ["xnnpack"]), None
+    except ValueError as error:
+        return None, f"{CPU_CLASS_ENV_VAR}={declared!r} is refused: {error}"
+
+
 def device_classes(
     board: Board,
     devices: list[VulkanDevice],
     vulkan_status: str,
     info: ExecutorchInfo,
     native: NativeRuntimeInfo | None = None,
+    declared_cpu_class: str | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     classes: list[str] = []
     not_offered: dict[str, str] = {}
@@ -243,7 +263,11 @@ def device_classes(
     if info.error and info.error != NOT_ASKED:
         not_offered["runtime"] = info.error
     if runtime.RUNTIME_BACKEND["xnnpack"] in registered:
-        classes.append(f"cpu-{board.arch}-xnnpack")
+        name, refused = cpu_class(board, declared_cpu_class)
+        if name is not None:
+            classes.append(name)
+        else:
+            not_offered["xnnpack"] = refused or ""
     elif not info.error or info.error == NOT_ASKED:
         not_offered["xnnpack"] = f"XnnpackBackend is not registered in the {where}"
     gpus = [d for d in devices if not d.software]
@@ -295,7 +319,8 @@ def probe(*, python_runtime: bool = True, executor_runner: Path | None = None) -
     devices, vulkan_status = vulkan_devices()
     info = executorch_info(ask=python_runtime)
     native = native_runtime.describe_binary(native_runtime.configured_path(executor_runner))
-    classes, not_offered = device_classes(host, devices, vulkan_status, info, native)
+    declared = os.environ.get(CPU_CLASS_ENV_VAR)
+    classes, not_offered = device_classes(host, devices, vulkan_status, info, native, declared)
     return ProbeReport(
         board=host,
         vulkan_devices=devices,

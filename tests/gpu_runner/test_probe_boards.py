@@ -8,6 +8,7 @@ PATH, so the probe's own subprocess call and parsers run. The runtime is given a
 
 from __future__ import annotations
 
+import platform
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ from boards import (
 )
 
 from coverfarm.device_result import Board, ExecutorchInfo, ProbeReport, VulkanDevice
-from gpu_runner.probe import board, describe, device_classes, vulkan_devices
+from gpu_runner.probe import board, describe, device_classes, probe, vulkan_devices
 
 VULKAN_RUNTIME = ExecutorchInfo(version="1.5.1", registered_backends=["VulkanBackend", "XnnpackBackend"])
 NEEDS_MALI_DRIVER = (
@@ -188,3 +189,31 @@ def test_a_mali_board_without_vulkaninfo_also_names_its_driver(
     assert (devices, status) == ([], "none: vulkaninfo not installed (package vulkan-tools)")
     _, not_offered = device_classes(board(tree), devices, status, VULKAN_RUNTIME)
     assert not_offered["vulkan"].startswith(f"no Vulkan GPU: {status}; {NEEDS_MALI_DRIVER}")
+
+
+def test_a_host_declares_its_own_cpu_class() -> None:
+    """The H200 host's 16 cores are not the 2-core VM's: a declared CPU class keeps their XNNPACK cells
+    apart, and without one the class stays cpu-<arch>-xnnpack."""
+    gpu = VulkanDevice(index=0, name="NVIDIA H200", vendor="NVIDIA", device_type="DISCRETE_GPU")
+    host = Board(cores=16, arch="x86_64")
+    declared, _ = device_classes(host, [gpu], "ok", VULKAN_RUNTIME, declared_cpu_class="h200-host-xnnpack")
+    assert declared == ["h200-host-xnnpack", "h200-vulkan"]
+    default, _ = device_classes(host, [gpu], "ok", VULKAN_RUNTIME, declared_cpu_class="")
+    assert default == ["cpu-x86_64-xnnpack", "h200-vulkan"]
+
+
+@pytest.mark.parametrize("declared", ["h200-host-vulkan", "H200 host", "h200-host-xnnpack-"])
+def test_a_malformed_cpu_class_is_not_offered_and_says_why(declared: str) -> None:
+    classes, not_offered = device_classes(
+        Board(cores=16, arch="x86_64"), [], "none", VULKAN_RUNTIME, declared_cpu_class=declared
+    )
+    assert not any(name.endswith("-xnnpack") for name in classes)
+    assert not_offered["xnnpack"].startswith(f"COVERFARM_CPU_CLASS={declared!r} is refused: ")
+
+
+def test_the_probe_reads_the_declared_cpu_class(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("gpu_runner.probe.executorch_info", lambda ask=True: VULKAN_RUNTIME)
+    monkeypatch.setenv("COVERFARM_CPU_CLASS", "h200-host-xnnpack")
+    assert "h200-host-xnnpack" in probe(python_runtime=False).device_classes
+    monkeypatch.delenv("COVERFARM_CPU_CLASS")
+    assert f"cpu-{platform.machine()}-xnnpack" in probe(python_runtime=False).device_classes
