@@ -25,8 +25,10 @@ from devicetools import make_healthy, probe
 from farmkit import recreate_database, session_broker, start_server, stop
 
 pytestmark = pytest.mark.fuzz
-SEED = 21
-EXAMPLES = 5  # per operation and phase
+# A longer run: COVERFARM_FUZZ_SEED, COVERFARM_FUZZ_EXAMPLES and COVERFARM_FUZZ_TIMEOUT_S (seconds a run).
+SEED = int(os.environ.get("COVERFARM_FUZZ_SEED", "21"))
+EXAMPLES = int(os.environ.get("COVERFARM_FUZZ_EXAMPLES", "5"))  # per operation and phase
+RUN_TIMEOUT_S = float(os.environ.get("COVERFARM_FUZZ_TIMEOUT_S", "300"))
 TOKEN = "fuzz-admin-token"
 BROKER = session_broker(11)
 CHECKS = "not_a_server_error,response_schema_conformance,status_code_conformance,content_type_conformance"
@@ -78,7 +80,7 @@ def schemathesis(url: str, authorization: str, report: Path) -> dict[str, Any]:
         "--generation-database", "none", "--no-color", "--report", "json", "--report-json-path", str(report),
     ]  # fmt: skip
     done = subprocess.run(
-        command, capture_output=True, text=True, timeout=300, env={**os.environ, "NO_COLOR": "1"}
+        command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env={**os.environ, "NO_COLOR": "1"}
     )
     assert report.is_file(), done.stdout[-3000:] + done.stderr[-3000:]
     figures: dict[str, Any] = json.loads(report.read_text())
