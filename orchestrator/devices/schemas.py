@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from coverfarm.baseline import BaselineResult
 from coverfarm.device_result import DeviceResult, ProbeReport
-from orchestrator.inputs import Count, Number
+from orchestrator.inputs import Count, Name, Number, Text
 from orchestrator.models import RunnerState
 
 
@@ -25,14 +25,14 @@ class TokenIssued(BaseModel):
     expires_at: datetime
 
 
-SigningKey = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="Ed25519 public key, hex")]
+SigningKey = Annotated[Text, Field(pattern=r"^[0-9a-f]{64}$", description="Ed25519 public key, hex")]
 
 
 class Enrol(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    token: str = Field(min_length=1, max_length=200)
-    name: str = Field(min_length=1, max_length=255)
+    token: Text = Field(min_length=1, max_length=200)
+    name: Text = Field(min_length=1, max_length=255)
     probe: ProbeReport
     signing_key: SigningKey | None = None  # verifies the runner's signed offline results
 
@@ -42,8 +42,8 @@ class OfflineEnrol(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=255)
-    device_classes: list[str] = Field(min_length=1, max_length=16)
+    name: Text = Field(min_length=1, max_length=255)
+    device_classes: list[Name] = Field(min_length=1, max_length=16)
     signing_key: SigningKey
 
 
