@@ -79,6 +79,9 @@ def _where(path: list[str | int]) -> str:
     return "".join(f"[{part!r}]" if isinstance(part, str) else f"[{part}]" for part in path) or "the body"
 
 
+_HOLDS_TEXT = (str, dict, list)
+
+
 def check_strings(value: Any) -> None:
     """ValueError naming the first string (key or value) with a NUL or a lone surrogate."""
     stack: list[tuple[list[str | int], Any]] = [([], value)]
@@ -92,7 +95,10 @@ def check_strings(value: Any) -> None:
                 stack.append(([*path, key], inner))
                 stack.append(([*path, "<key>"], key))
         elif isinstance(item, list):
-            stack.extend(([*path, index], inner) for index, inner in enumerate(item))
+            # Numbers hold no string: a result's thousands of raw samples are skipped, not walked.
+            stack.extend(
+                ([*path, index], inner) for index, inner in enumerate(item) if isinstance(inner, _HOLDS_TEXT)
+            )
 
 
 def strict_loads(body: bytes) -> Any:

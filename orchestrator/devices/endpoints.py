@@ -159,7 +159,13 @@ def import_result(
     return runs.import_document(session, document, settings)
 
 
-@router.post(
+# A batch import's body is an offline run's whole directory, hundreds of results of about 50 KB each,
+# stored in one transaction (all or none): the app includes this router with a limit of its own,
+# COVERFARM_MAX_IMPORT_BYTES, where every other body has COVERFARM_MAX_BODY_BYTES.
+imports_router = APIRouter(tags=["devices"], route_class=StrictJSONRoute)
+
+
+@imports_router.post(
     "/results/import-batch",
     status_code=status.HTTP_201_CREATED,
     dependencies=[AdminDep],

@@ -143,7 +143,8 @@ class ImportBatch(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    results: list[dict[str, Any]] = Field(min_length=1, max_length=1000)
+    # COVERFARM_MAX_IMPORT_BYTES bounds the bytes; this the count (a real result is about 50 KB).
+    results: list[dict[str, Any]] = Field(min_length=1, max_length=10_000)
 
 
 class ImportedBatch(BaseModel):
