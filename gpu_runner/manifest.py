@@ -97,7 +97,7 @@ class Manifest(BaseModel):
 
 def check_confined(bundle: Path, manifest: Manifest) -> None:
     """BundleError unless every path the manifest names resolves inside ``bundle`` to a file its sha256
-    covers (``coverfarm.digest.bundle_files``)."""
+    covers (``coverfarm.digest.bundle_files``), and no file of it is a link out of it."""
     root = bundle.resolve()
     covered = set(bundle_files(bundle))
     for field, path in manifest.paths():
@@ -106,6 +106,9 @@ def check_confined(bundle: Path, manifest: Manifest) -> None:
             raise BundleError(f"{MANIFEST}'s {field} {path!r} leads outside the bundle (to {target})")
         if path not in covered:
             raise BundleError(f"{MANIFEST}'s {field} {path!r} is not a file of the bundle its sha256 covers")
+    for name in sorted(covered):  # the npz files, the manifest itself: a link out would be read too
+        if not (bundle / name).resolve().is_relative_to(root):
+            raise BundleError(f"the bundle's {name} is a link to {(bundle / name).resolve()}, outside it")
 
 
 def load_manifest(bundle: Path) -> Manifest:

@@ -126,6 +126,16 @@ def linked_folder(bundle: Path) -> None:
     pte_at("elsewhere/evil.pte")(bundle)
 
 
+def linked_references(bundle: Path) -> None:
+    """A file no manifest field names, ``references.npz``, a link to a copy outside: read, never hashed
+    again."""
+    outside = bundle.parent / "outside" / "references.npz"
+    outside.parent.mkdir(exist_ok=True)
+    shutil.copyfile(bundle / "references.npz", outside)
+    (bundle / "references.npz").unlink()
+    (bundle / "references.npz").symlink_to(outside)
+
+
 def raw_input_at(path: str) -> Callable[[Path], None]:
     def edit(manifest: dict[str, object]) -> None:
         manifest["programs"][0]["raw_inputs"] = [path]  # type: ignore[index]
@@ -144,8 +154,9 @@ def raw_input_at(path: str) -> Callable[[Path], None]:
         (pte_at("programs"), "programs[0].pte 'programs' is not a file of the bundle its sha256 covers"),
         (pte_at("programs/missing.pte"), "'programs/missing.pte' is not a file of the bundle its sha256"),
         (raw_input_at("../../etc/passwd"), "'../../etc/passwd' climbs out of the bundle (..)"),
+        (linked_references, "the bundle's references.npz is a link to "),
     ],
-    ids=["dotdot", "dotdot-in", "absolute", "symlink-file", "symlink-folder", "folder", "missing", "raw"],
+    ids=["dotdot", "dotdot-in", "absolute", "symlink-file", "symlink-dir", "folder", "missing", "raw", "npz"],
 )
 def test_a_manifest_path_outside_the_bundle_is_refused_before_any_program_loads(
     tmp_path: Path, change: Callable[[Path], None], cause: str
