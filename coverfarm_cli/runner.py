@@ -204,10 +204,11 @@ def run_bundle_set(
         result = measure(args.bundle / entry.bundle_sha256, entry.bundle_sha256)
         document = result.model_dump(mode="json")
         (args.out / f"{entry.bundle_sha256}.json").write_text(runner_farm.result_json(document, args))
-        latency = f"{result.latency.median_ms:.2f} ms" if result.latency else "-"
-        why = f": {not_ok(result)}" if result.status != "ok" else ""
-        print(f"{entry.policy} {result.device_class} {result.status} {latency}{why}", file=sys.stderr)
-        if result.status != "ok":
+        if result.status == "ok":
+            latency = f"{result.latency.median_ms:.2f} ms" if result.latency else "-"
+            print(f"{entry.policy} {result.device_class} ok {latency}", file=sys.stderr)
+        else:
+            print(f"{entry.policy} {result.device_class} {not_ok(result)}", file=sys.stderr)
             failed.append(f"{entry.bundle_sha256[:12]} ({entry.policy}) {not_ok(result)}")
     print(f"{len(bundle_set.bundles)} results in {args.out}")
     if failed:
