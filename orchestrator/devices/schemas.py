@@ -92,8 +92,8 @@ class HealthCheck(BaseModel):
 class HealthReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    device_class: str
-    sha256: str
+    device_class: Name
+    sha256: Text
     result: DeviceResult
 
 
@@ -123,7 +123,7 @@ class BaselineReport(AttemptRef):
 
 
 class InfraError(AttemptRef):
-    error: str = Field(min_length=1, max_length=20000)
+    error: Text = Field(min_length=1, max_length=20000)
 
 
 class Alive(BaseModel):
