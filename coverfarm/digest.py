@@ -17,8 +17,14 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def bundle_files(root: Path) -> list[str]:
+    """The relative paths (posix) of the files the bundle's sha256 covers, in the digest's order (the
+    paths' order, part by part)."""
+    return [path.relative_to(root).as_posix() for path in sorted(p for p in root.rglob("*") if p.is_file())]
+
+
 def bundle_digest(root: Path) -> str:
     digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        digest.update(f"{path.relative_to(root).as_posix()}\0{file_sha256(path)}\n".encode())
+    for name in bundle_files(root):
+        digest.update(f"{name}\0{file_sha256(root / name)}\n".encode())
     return digest.hexdigest()

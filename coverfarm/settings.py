@@ -75,6 +75,9 @@ class Settings(BaseSettings):
 
     # The largest request body the orchestrator reads (413 past it): result documents are kilobytes.
     max_body_bytes: int = Field(2 * 1024 * 1024, ge=1024)
+    # ... but for a batch import (POST /api/results/import-batch): an offline run's directory of signed
+    # results, about 50 KB each, read whole and stored in one transaction (all or none).
+    max_import_bytes: int = Field(128 * 1024 * 1024, ge=1024)
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)

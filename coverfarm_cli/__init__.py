@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from coverfarm.errors import UserError
+from coverfarm.errors import UserError, one_line
 from coverfarm.processes import die_with_parent
 from coverfarm_cli import analyze, baseline, farm, results, runner, tokens
 
@@ -37,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
     except UserError as error:
-        print(f"coverfarm: error: {error}", file=sys.stderr)
+        print(f"coverfarm: error: {one_line(str(error))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

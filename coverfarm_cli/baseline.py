@@ -9,8 +9,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from coverfarm import catalog
-from coverfarm.errors import UserError
-from coverfarm.result import Options
+from coverfarm.errors import UserError, one_line
+from coverfarm.result import Options, error_line
 from coverfarm_cli.runner_farm import add_signing_options
 from gpu_runner.timing_options import add_timing_options, timing_rules
 
@@ -102,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
             f"{medians} ms; {verdict}; {lat.iterations} timed)"
         )
     if result.status != "ok":
-        print(f"baseline {result.status}: {result.error}", file=sys.stderr)
+        cause = error_line(result.error) or "no cause given"
+        print(f"coverfarm: error: baseline {result.status}: {one_line(cause)}", file=sys.stderr)
         return 1
     return 0

@@ -24,10 +24,12 @@ def _token(args: argparse.Namespace) -> str:
     return str(token)
 
 
-def _request(method: str, url: str, token: str | None = None, **kwargs: Any) -> httpx.Response:
+def _request(
+    method: str, url: str, token: str | None = None, *, timeout: float = 30, **kwargs: Any
+) -> httpx.Response:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        response = httpx.request(method, url, headers=headers, timeout=30, **kwargs)
+        response = httpx.request(method, url, headers=headers, timeout=timeout, **kwargs)
     except httpx.TransportError as error:
         raise UserError(f"cannot reach the orchestrator at {url}: {error}") from None
     if response.is_error:

@@ -51,8 +51,15 @@ def read_set(folder: Path) -> BundleSet | None:
         return None
     try:
         return BundleSet.model_validate_json(path.read_text())
-    except (OSError, ValidationError) as error:
-        raise UserError(f"{path} is not a bundle set written by `coverfarm sweep bundles`: {error}") from None
+    except OSError as error:
+        raise UserError(f"cannot read {path}: {error.strerror}") from None
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(map(str, first["loc"])) or "the document"
+        got = f" (got {first['input']!r:.80})" if first["loc"] else ""
+        raise UserError(
+            f"{path} is not a bundle set written by `coverfarm sweep bundles`: {where}: {first['msg']}{got}"
+        ) from None
 
 
 def add_sweep_command(sweep: argparse._SubParsersAction, default_url: str) -> None:

@@ -11,6 +11,8 @@ from coverfarm.errors import UserError
 from coverfarm_cli import offline
 from coverfarm_cli.farm_api import DEFAULT_URL, _request, _token
 
+IMPORT_TIMEOUT_S = 900
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     results = sub.add_parser("results", help="device results made offline").add_subparsers(
@@ -34,11 +36,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_import(args: argparse.Namespace) -> int:
     if args.file.is_dir():
         documents = offline.read_results(args.file)
+        # One request, stored in one transaction (all or none), under the orchestrator's import limit
+        # (COVERFARM_MAX_IMPORT_BYTES): hundreds of results take a while to verify and store.
         stored = _request(
             "POST",
             f"{args.url.rstrip('/')}/api/results/import-batch",
             _token(args),
             json={"results": documents},
+            timeout=IMPORT_TIMEOUT_S,
         ).json()["imported"]
         for item in stored:
             _say(item)

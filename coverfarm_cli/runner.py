@@ -13,7 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from coverfarm.errors import UserError
+from coverfarm.errors import UserError, one_line
+from coverfarm.result import error_line
 from coverfarm_cli import offline, runner_farm
 from gpu_runner.timing_options import add_timing_options, timing_rules
 
@@ -149,7 +150,18 @@ def run_bundle(args: argparse.Namespace) -> int:
     result = measure(args.bundle, args.sha256)
     args.out.write_text(runner_farm.result_json(result.model_dump(mode="json"), args))
     print(json.dumps(_summary(result.model_dump(mode="json")), indent=2))
-    return 0 if result.status == "ok" else 1
+    if result.status != "ok":
+        print(f"coverfarm: error: bundle {args.bundle}: {not_ok(result)} (the result is in {args.out})",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    return 0
+
+
+def not_ok(result: DeviceResult) -> str:
+    """What went wrong with a run, in one line: its status, the failure's kind and the cause's summary."""
+    kind = f" ({result.failure.kind})" if result.failure else ""
+    cause = error_line(result.failure.cause if result.failure else result.error) or "no cause given"
+    return one_line(f"{result.status}{kind}: {cause}")
 
 
 def _summary(doc: dict[str, Any]) -> dict[str, Any]:
@@ -187,12 +199,21 @@ def run_bundle_set(
             f"({runner_farm.config_path(args)}) is not enrolled for ({', '.join(config.device_classes)})"
         )
     args.out.mkdir(parents=True, exist_ok=True)
+    failed = []
     for entry in bundle_set.bundles:
         result = measure(args.bundle / entry.bundle_sha256, entry.bundle_sha256)
         document = result.model_dump(mode="json")
         (args.out / f"{entry.bundle_sha256}.json").write_text(runner_farm.result_json(document, args))
-        latency = f"{result.latency.median_ms:.2f} ms" if result.latency else "-"
-        why = f": {result.failure.cause}" if result.failure else ""
-        print(f"{entry.policy} {result.device_class} {result.status} {latency}{why}", file=sys.stderr)
+        if result.status == "ok":
+            latency = f"{result.latency.median_ms:.2f} ms" if result.latency else "-"
+            print(f"{entry.policy} {result.device_class} ok {latency}", file=sys.stderr)
+        else:
+            print(f"{entry.policy} {result.device_class} {not_ok(result)}", file=sys.stderr)
+            failed.append(f"{entry.bundle_sha256[:12]} ({entry.policy}) {not_ok(result)}")
     print(f"{len(bundle_set.bundles)} results in {args.out}")
+    if failed:
+        # Every result is written (a failed run is a result to import too), but the set did not run.
+        print(f"coverfarm: error: {len(failed)} of {len(bundle_set.bundles)} bundles did not run ok: "
+              f"{'; '.join(failed)}", file=sys.stderr)  # fmt: skip
+        return 1
     return 0

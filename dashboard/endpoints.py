@@ -24,7 +24,7 @@ from dashboard.heatmap import COL_W, ROW_H, heatmap, square
 from dashboard.progress_plot import plot
 from orchestrator.deps import SessionDep
 from orchestrator.devices.grid import device_inputs
-from orchestrator.inputs import DB_INT_MAX, Id, Offset
+from orchestrator.inputs import DB_INT_MAX, Id, Name, Offset, Text
 from orchestrator.models import Cell, utcnow
 from orchestrator.reports import progress
 from orchestrator.reports import service as reports
@@ -66,7 +66,7 @@ def _macros() -> Any:
 
 
 StacksQuery = Annotated[
-    list[str] | None, Query(description="the stacks to show, side by side when several (default: the first)")
+    list[Name] | None, Query(description="the stacks to show, side by side when several (default: the first)")
 ]
 
 
@@ -245,8 +245,8 @@ def sweep_blockers(
     request: Request,
     sweep_id: Id,
     session: SessionDep,
-    backend: Annotated[str | None, Query(description="only this backend")] = None,
-    stack: Annotated[str | None, Query(description="only this stack's cells")] = None,
+    backend: Annotated[Name | None, Query(description="only this backend")] = None,
+    stack: Annotated[Name | None, Query(description="only this stack's cells")] = None,
 ) -> HTMLResponse:
     """The sweep's Known issues: blocker groups heaviest first, what-ifs, repros with their output."""
     stored = service.get(session, sweep_id)
@@ -296,7 +296,7 @@ def cell_details(
 
 
 @router.get("/dashboard/static/{name}")
-def static(name: str) -> FileResponse:
+def static(name: Text) -> FileResponse:
     if name not in STATIC:
         raise HTTPException(404, detail=f"no static file {name!r}")
     headers = {"Cache-Control": "no-cache"}

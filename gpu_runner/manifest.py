@@ -1,18 +1,44 @@
 """The part of a bundle's ``manifest.json`` the runner reads (written by
-``worker.bundle.write.write_bundle``)."""
+``worker.bundle.write.write_bundle``).
+
+A bundle's sha256 covers its own files only, so every path its manifest names (a program's ``pte``, its
+``raw_inputs``) must be one of them: relative, without ``..``, resolving inside the bundle (no symlink
+out of it) to a file the digest hashed. Anything else is refused with that cause, before a program loads:
+a manifest naming ``../outside/evil.pte`` would otherwise run a program no hash vouches for.
+"""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+
+from coverfarm.digest import bundle_files
 
 MANIFEST = "manifest.json"
 
 
 class BundleError(Exception):
     """The bundle is not what its address says, or is not a bundle at all: nothing of it is run."""
+
+
+def _inside(path: str) -> str:
+    """``path`` when it is a relative path that stays where it starts; ValueError otherwise."""
+    pure = PurePosixPath(path)
+    if not path or "\0" in path or "\\" in path:
+        raise ValueError(f"{path!r} is not a path inside the bundle")
+    if pure.is_absolute():
+        raise ValueError(f"{path!r} is absolute: a bundle names its files relative to itself")
+    if ".." in pure.parts:
+        raise ValueError(f"{path!r} climbs out of the bundle (..)")
+    return pure.as_posix()
+
+
+# A file of the bundle, named relative to it.
+BundlePath = Annotated[str, AfterValidator(_inside)]
 
 
 class TensorSpec(BaseModel):
@@ -25,7 +51,8 @@ class ProgramSpec(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     name: str
-    pte: str
+    pte: BundlePath
+    raw_inputs: list[BundlePath] = Field(default_factory=list)  # the test case's inputs as raw .bin
     runs_per_chunk: int
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
@@ -60,6 +87,29 @@ class Manifest(BaseModel):
     frames: int
     versions: dict[str, str] = Field(default_factory=dict)  # of the exporting stack (manifest.json)
 
+    def paths(self) -> Iterator[tuple[str, str]]:
+        """(field, path) of every file the manifest names."""
+        for i, program in enumerate(self.programs):
+            yield f"programs[{i}].pte", program.pte
+            for j, raw in enumerate(program.raw_inputs):
+                yield f"programs[{i}].raw_inputs[{j}]", raw
+
+
+def check_confined(bundle: Path, manifest: Manifest) -> None:
+    """BundleError unless every path the manifest names resolves inside ``bundle`` to a file its sha256
+    covers (``coverfarm.digest.bundle_files``), and no file of it is a link out of it."""
+    root = bundle.resolve()
+    covered = set(bundle_files(bundle))
+    for field, path in manifest.paths():
+        target = (bundle / path).resolve()
+        if not target.is_relative_to(root):
+            raise BundleError(f"{MANIFEST}'s {field} {path!r} leads outside the bundle (to {target})")
+        if path not in covered:
+            raise BundleError(f"{MANIFEST}'s {field} {path!r} is not a file of the bundle its sha256 covers")
+    for name in sorted(covered):  # the npz files, the manifest itself: a link out would be read too
+        if not (bundle / name).resolve().is_relative_to(root):
+            raise BundleError(f"the bundle's {name} is a link to {(bundle / name).resolve()}, outside it")
+
 
 def load_manifest(bundle: Path) -> Manifest:
     try:
@@ -72,4 +122,5 @@ def load_manifest(bundle: Path) -> Manifest:
     unknown = sorted({c.program for c in manifest.plan.calls} - known)
     if unknown:
         raise BundleError(f"the plan calls programs the manifest lacks: {', '.join(unknown)}")
+    check_confined(bundle, manifest)
     return manifest

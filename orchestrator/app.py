@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from coverfarm.queues import make_celery
 from coverfarm.settings import Settings, get_settings
 from orchestrator.db import make_engine, make_sessionmaker
+from orchestrator.devices.endpoints import imports_router
 from orchestrator.devices.endpoints import router as devices_router
 from orchestrator.devices.errors import Refused
 from orchestrator.errors import Invalid, NotFound
@@ -88,6 +89,7 @@ def create_app(
     app.include_router(events_router, prefix="/api")
     app.include_router(workers_router, prefix="/api")
     app.include_router(devices_router, prefix="/api")
+    app.include_router(imports_router, prefix="/api", max_body_size=settings.max_import_bytes)
 
     @app.exception_handler(NotFound)
     async def not_found(_request: Request, error: NotFound) -> JSONResponse:

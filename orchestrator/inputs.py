@@ -6,6 +6,9 @@
 - **JSON bodies** hold finite numbers and well-formed strings: ``NaN``, ``Infinity``, ``1e309`` (which
   Python reads as infinity), lone surrogates (``"\\ud800"``, which no database can store as UTF-8) and
   NUL characters (which Postgres text and jsonb refuse) are a 422 naming where they are.
+- **Names** (``Name``: a policy, backend, device class or stack, stored or compared with a column) and
+  the other strings a path, a query or a body field names (``Text``) hold no NUL character or lone
+  surrogate either: a query string is no JSON body, and Postgres refuses a NUL even in a ``WHERE``.
 - **Numbers and flags are strict**: ``true`` is not a number of seconds and ``1`` is not a boolean
   (``Number``, ``Count``, ``Flag``); pydantic's lax mode would take both.
 
@@ -22,7 +25,7 @@ from typing import Annotated, Any
 
 from fastapi import Path, Query, Request, Response
 from fastapi.routing import APIRoute
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 # Postgres ``integer``: the type of every id column but the events' (bigint, and ids of events are
 # compared with these bounds too: a Last-Event-ID past them names no event either way).
@@ -36,6 +39,29 @@ Count = Annotated[int, Field(strict=True, le=DB_INT_MAX)]
 Flag = Annotated[bool, Field(strict=True)]
 
 _BAD_CHARACTER = re.compile("[\x00\ud800-\udfff]")
+
+
+def _bad_character(text: str) -> str | None:
+    """What is wrong with ``text`` for a database (a NUL character, a lone surrogate), else None."""
+    match = _BAD_CHARACTER.search(text)
+    if match is None:
+        return None
+    what = "a NUL character" if match.group() == "\x00" else "a lone surrogate"
+    return f"{what} (U+{ord(match.group()):04X})"
+
+
+def check_text(text: str) -> str:
+    """``text`` when a database can store and compare it; ValueError saying what it holds otherwise."""
+    wrong = _bad_character(text)
+    if wrong is not None:
+        raise ValueError(f"holds {wrong}")
+    return text
+
+
+# Any string of a request that is stored or compared with a column.
+Text = Annotated[str, AfterValidator(check_text)]
+# A policy, backend, device class or stack name: the columns that keep them are 64 characters wide.
+Name = Annotated[Text, Field(min_length=1, max_length=64)]
 
 
 def _reject_constant(name: str) -> float:
@@ -53,21 +79,26 @@ def _where(path: list[str | int]) -> str:
     return "".join(f"[{part!r}]" if isinstance(part, str) else f"[{part}]" for part in path) or "the body"
 
 
+_HOLDS_TEXT = (str, dict, list)
+
+
 def check_strings(value: Any) -> None:
     """ValueError naming the first string (key or value) with a NUL or a lone surrogate."""
     stack: list[tuple[list[str | int], Any]] = [([], value)]
     while stack:
         path, item = stack.pop()
         if isinstance(item, str):
-            if match := _BAD_CHARACTER.search(item):
-                what = "a NUL character" if match.group() == "\x00" else "a lone surrogate"
-                raise ValueError(f"the string at {_where(path)} holds {what} (U+{ord(match.group()):04X})")
+            if wrong := _bad_character(item):
+                raise ValueError(f"the string at {_where(path)} holds {wrong}")
         elif isinstance(item, dict):
             for key, inner in item.items():
                 stack.append(([*path, key], inner))
                 stack.append(([*path, "<key>"], key))
         elif isinstance(item, list):
-            stack.extend(([*path, index], inner) for index, inner in enumerate(item))
+            # Numbers hold no string: a result's thousands of raw samples are skipped, not walked.
+            stack.extend(
+                ([*path, index], inner) for index, inner in enumerate(item) if isinstance(inner, _HOLDS_TEXT)
+            )
 
 
 def strict_loads(body: bytes) -> Any:

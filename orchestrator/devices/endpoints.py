@@ -36,7 +36,7 @@ from orchestrator.devices.schemas import (
     TokenIssued,
 )
 from orchestrator.errors import responses
-from orchestrator.inputs import Id, Offset, StrictJSONRoute
+from orchestrator.inputs import Id, Name, Offset, StrictJSONRoute, Text
 
 router = APIRouter(tags=["devices"], route_class=StrictJSONRoute)
 # What a runner's own calls may answer besides their result: unknown credential, revoked runner.
@@ -159,7 +159,13 @@ def import_result(
     return runs.import_document(session, document, settings)
 
 
-@router.post(
+# A batch import's body is an offline run's whole directory, hundreds of results of about 50 KB each,
+# stored in one transaction (all or none): the app includes this router with a limit of its own,
+# COVERFARM_MAX_IMPORT_BYTES, where every other body has COVERFARM_MAX_BODY_BYTES.
+imports_router = APIRouter(tags=["devices"], route_class=StrictJSONRoute)
+
+
+@imports_router.post(
     "/results/import-batch",
     status_code=status.HTTP_201_CREATED,
     dependencies=[AdminDep],
@@ -173,7 +179,7 @@ def import_batch(body: ImportBatch, session: SessionDep, settings: SettingsDep) 
 @router.get("/sweeps/{sweep_id:int}/device-bundles", dependencies=[AdminDep], responses=responses(401, 404))
 def sweep_bundles(
     sweep_id: Id,
-    device_class: Annotated[str, Query(max_length=64)],
+    device_class: Annotated[Name, Query()],
     session: SessionDep,
     settings: SettingsDep,
 ) -> list[DeviceBundle]:
@@ -187,7 +193,7 @@ def sweep_bundles(
     response_class=StreamingResponse,
     responses={**responses(401, 403, 404), 200: {"content": {"application/x-tar": {}}}},
 )
-def artifact(sha256: str, request: Request) -> StreamingResponse:
+def artifact(sha256: Text, request: Request) -> StreamingResponse:
     """The bundle as an uncompressed tar; the runner verifies its sha256 after unpacking."""
     store = _store(request)
     try:

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from coverfarm.baseline import BaselineResult
 from coverfarm.device_result import DeviceResult, ProbeReport
-from orchestrator.inputs import Count, Number
+from orchestrator.inputs import Count, Name, Number, Text
 from orchestrator.models import RunnerState
 
 
@@ -25,14 +25,14 @@ class TokenIssued(BaseModel):
     expires_at: datetime
 
 
-SigningKey = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="Ed25519 public key, hex")]
+SigningKey = Annotated[Text, Field(pattern=r"^[0-9a-f]{64}$", description="Ed25519 public key, hex")]
 
 
 class Enrol(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    token: str = Field(min_length=1, max_length=200)
-    name: str = Field(min_length=1, max_length=255)
+    token: Text = Field(min_length=1, max_length=200)
+    name: Text = Field(min_length=1, max_length=255)
     probe: ProbeReport
     signing_key: SigningKey | None = None  # verifies the runner's signed offline results
 
@@ -42,8 +42,8 @@ class OfflineEnrol(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=255)
-    device_classes: list[str] = Field(min_length=1, max_length=16)
+    name: Text = Field(min_length=1, max_length=255)
+    device_classes: list[Name] = Field(min_length=1, max_length=16)
     signing_key: SigningKey
 
 
@@ -92,8 +92,8 @@ class HealthCheck(BaseModel):
 class HealthReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    device_class: str
-    sha256: str
+    device_class: Name
+    sha256: Text
     result: DeviceResult
 
 
@@ -123,7 +123,7 @@ class BaselineReport(AttemptRef):
 
 
 class InfraError(AttemptRef):
-    error: str = Field(min_length=1, max_length=20000)
+    error: Text = Field(min_length=1, max_length=20000)
 
 
 class Alive(BaseModel):
@@ -143,7 +143,8 @@ class ImportBatch(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    results: list[dict[str, Any]] = Field(min_length=1, max_length=1000)
+    # COVERFARM_MAX_IMPORT_BYTES bounds the bytes; this the count (a real result is about 50 KB).
+    results: list[dict[str, Any]] = Field(min_length=1, max_length=10_000)
 
 
 class ImportedBatch(BaseModel):

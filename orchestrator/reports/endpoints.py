@@ -11,7 +11,7 @@ from fastapi.responses import PlainTextResponse
 
 from orchestrator.deps import SessionDep
 from orchestrator.errors import MARKDOWN, responses
-from orchestrator.inputs import Id
+from orchestrator.inputs import Id, Name
 from orchestrator.reports import progress, service
 from orchestrator.reports.progress_markdown import progress_markdown
 from orchestrator.reports.schemas import BlockersReport, ProgressReport, SweepDiff
@@ -22,10 +22,10 @@ router = APIRouter(tags=["reports"])
 # the sweeps' router.
 tracker_router = APIRouter(tags=["sweeps"])
 
-BackendQuery = Annotated[str | None, Query(description="only this backend's cells")]
-StackQuery = Annotated[str | None, Query(description="only this stack's cells")]
-StackA = Annotated[str | None, Query(description="sweep a's stack (alone: the same stack of both sweeps)")]
-StackB = Annotated[str | None, Query(description="sweep b's stack (alone: the same stack of both sweeps)")]
+BackendQuery = Annotated[Name | None, Query(description="only this backend's cells")]
+StackQuery = Annotated[Name | None, Query(description="only this stack's cells")]
+StackA = Annotated[Name | None, Query(description="sweep a's stack (alone: the same stack of both sweeps)")]
+StackB = Annotated[Name | None, Query(description="sweep b's stack (alone: the same stack of both sweeps)")]
 
 
 @tracker_router.get(
@@ -36,8 +36,8 @@ StackB = Annotated[str | None, Query(description="sweep b's stack (alone: the sa
 def sweep_report(
     sweep_id: Id,
     session: SessionDep,
-    backend: Annotated[str | None, Query(description="only this backend's tracker body")] = None,
-    stack: Annotated[str | None, Query(description="only this stack's tracker bodies")] = None,
+    backend: Annotated[Name | None, Query(description="only this backend's tracker body")] = None,
+    stack: Annotated[Name | None, Query(description="only this stack's tracker bodies")] = None,
 ) -> PlainTextResponse:
     """The tracker body of each backend: Coverage with legend, Notes, Built on, Known issues, repros;
     of each backend and stack when the sweep has several stacks."""

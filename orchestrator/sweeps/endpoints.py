@@ -9,13 +9,12 @@ from fastapi import APIRouter, Query, Response, status
 
 from orchestrator.deps import AdminDep, SessionDep, SettingsDep
 from orchestrator.errors import responses
-from orchestrator.inputs import Id, Offset, StrictJSONRoute
+from orchestrator.inputs import Id, Name, Offset, StrictJSONRoute
 from orchestrator.models import JobStatus
 from orchestrator.sweeps import service
 from orchestrator.sweeps.schemas import (
     CellPage,
     CellPublic,
-    Name,
     SweepCreate,
     SweepOverview,
     SweepPublic,

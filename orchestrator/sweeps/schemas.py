@@ -10,14 +10,12 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from coverfarm.result import Options, ResultDocument
 from coverfarm.routes import check_stack_name
 from coverfarm.stacks import DEFAULT_STACK
-from orchestrator.inputs import Flag, Number
+from orchestrator.inputs import Flag, Name, Number
 from orchestrator.models import JobStatus
 
-# A policy, backend or device class name: the columns that keep them are 64 characters wide.
-Name = Annotated[str, Field(min_length=1, max_length=64)]
 # A stack name (coverfarm.stacks) is part of its queues' names (coverfarm.routes), so it is held to
-# their rule.
-StackName = Annotated[str, Field(strict=True), AfterValidator(check_stack_name)]
+# their rule too.
+StackName = Annotated[Name, Field(strict=True), AfterValidator(check_stack_name)]
 
 
 class SweepOptions(BaseModel):

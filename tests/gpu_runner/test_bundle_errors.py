@@ -98,3 +98,80 @@ def test_a_wrong_sha_is_refused_before_anything_is_loaded(tmp_path: Path) -> Non
     assert result.status == "failed" and result.failure is not None and result.failure.kind == "bundle"
     assert result.error is not None and "is refused: its content hashes to" in result.error
     assert result.testcase == [] and result.probe is None
+
+
+def outside_program(tmp_path: Path) -> Path:
+    """A program beside the bundle, not in it: the health bundle's own, so it would run and pass."""
+    outside = tmp_path / "outside"
+    outside.mkdir(exist_ok=True)
+    shutil.copyfile(HEALTH / "programs" / "health.pte", outside / "evil.pte")
+    return outside / "evil.pte"
+
+
+def pte_at(path: str) -> Callable[[Path], None]:
+    def edit(manifest: dict[str, object]) -> None:
+        manifest["programs"][0]["pte"] = path  # type: ignore[index]
+
+    return manifest_edit(edit)
+
+
+def symlinked_out(bundle: Path) -> None:
+    """``programs/health.pte`` a link to a program outside: the digest hashes what it points at now."""
+    (bundle / "programs" / "health.pte").unlink()
+    (bundle / "programs" / "health.pte").symlink_to(outside_program(bundle.parent))
+
+
+def linked_folder(bundle: Path) -> None:
+    (bundle / "elsewhere").symlink_to(outside_program(bundle.parent).parent, target_is_directory=True)
+    pte_at("elsewhere/evil.pte")(bundle)
+
+
+def linked_references(bundle: Path) -> None:
+    """A file no manifest field names, ``references.npz``, a link to a copy outside: read, never hashed
+    again."""
+    outside = bundle.parent / "outside" / "references.npz"
+    outside.parent.mkdir(exist_ok=True)
+    shutil.copyfile(bundle / "references.npz", outside)
+    (bundle / "references.npz").unlink()
+    (bundle / "references.npz").symlink_to(outside)
+
+
+def raw_input_at(path: str) -> Callable[[Path], None]:
+    def edit(manifest: dict[str, object]) -> None:
+        manifest["programs"][0]["raw_inputs"] = [path]  # type: ignore[index]
+
+    return manifest_edit(edit)
+
+
+@pytest.mark.parametrize(
+    ("change", "cause"),
+    [
+        (pte_at("../outside/evil.pte"), "'../outside/evil.pte' climbs out of the bundle (..)"),
+        (pte_at("programs/../../outside/evil.pte"), "climbs out of the bundle (..)"),
+        (pte_at("{outside}"), "is absolute: a bundle names its files relative to itself"),
+        (symlinked_out, "programs[0].pte 'programs/health.pte' leads outside the bundle (to "),
+        (linked_folder, "programs[0].pte 'elsewhere/evil.pte' leads outside the bundle (to "),
+        (pte_at("programs"), "programs[0].pte 'programs' is not a file of the bundle its sha256 covers"),
+        (pte_at("programs/missing.pte"), "'programs/missing.pte' is not a file of the bundle its sha256"),
+        (raw_input_at("../../etc/passwd"), "'../../etc/passwd' climbs out of the bundle (..)"),
+        (linked_references, "the bundle's references.npz is a link to "),
+    ],
+    ids=["dotdot", "dotdot-in", "absolute", "symlink-file", "symlink-dir", "folder", "missing", "raw", "npz"],
+)
+def test_a_manifest_path_outside_the_bundle_is_refused_before_any_program_loads(
+    tmp_path: Path, change: Callable[[Path], None], cause: str
+) -> None:
+    """The bundle's sha256 is the device path's trust anchor: a program it does not cover is never run,
+    even when the sha256 given is the edited bundle's own."""
+    program = outside_program(tmp_path)
+
+    def edited(bundle: Path) -> None:
+        change(bundle)
+        text = (bundle / "manifest.json").read_text().replace("{outside}", str(program))
+        (bundle / "manifest.json").write_text(text)
+
+    result = changed(tmp_path, edited)
+    assert result.status == "failed", result.status
+    assert result.failure is not None and result.failure.kind == "bundle"
+    assert result.error is not None and cause in result.error, result.error
+    assert result.testcase == [] and result.latency is None

@@ -5,9 +5,12 @@ the limit, a wrong method, and the shapes the OpenAPI schema publishes for each 
 from __future__ import annotations
 
 import json
-from typing import Any
+import re
+from collections.abc import Iterator
+from typing import Any, get_args
 
 import pytest
+from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -209,3 +212,61 @@ def test_service_422s_have_the_published_validation_shape(client: TestClient, ad
         for error in response.json()["detail"]:
             assert set(error) >= {"loc", "msg", "type"} and isinstance(error["loc"], list), error
             json.dumps(error)
+
+
+def _admits_text(annotation: Any) -> bool:
+    return annotation is str or any(_admits_text(inner) for inner in get_args(annotation))
+
+
+def _routes(routes: list[Any], prefix: str = "") -> Iterator[tuple[str, APIRoute]]:
+    for route in routes:
+        if isinstance(route, APIRoute):
+            yield prefix + re.sub(r":\w+}", "}", route.path), route
+        elif hasattr(route, "original_router"):  # an included router
+            yield from _routes(route.original_router.routes, prefix + route.include_context.prefix)
+
+
+def name_parameters(client: TestClient) -> list[tuple[str, str, str]]:
+    """(path template, where, name) of every string a GET route takes in its query or its path, the
+    dashboard's included: each is stored or compared with a column, or matched against a rule."""
+    found = []
+    for path, route in _routes(client.app.routes):  # type: ignore[attr-defined]
+        if "GET" in route.methods:
+            places = (("query", route.dependant.query_params), ("path", route.dependant.path_params))
+            for where, fields in places:
+                found.extend((path, where, f.name) for f in fields if _admits_text(f.field_info.annotation))
+    return found
+
+
+def test_the_name_parameters_are_found(client: TestClient) -> None:
+    found = {(path, name) for path, _, name in name_parameters(client)}
+    assert {("/api/sweeps/{sweep_id}/cells", "policy"), ("/api/sweeps/{sweep_id}/cells", "backend"),
+            ("/api/sweeps/{sweep_id}/device-bundles", "device_class"), ("/api/artifacts/{sha256}", "sha256"),
+            ("/sweeps/{sweep_id}", "stack"), ("/sweeps/{sweep_id}/blockers", "backend")} <= found  # fmt: skip
+    assert len(found) >= 15, found
+
+
+@pytest.mark.parametrize("value", ["a%00b", "%00", "act%00"])
+def test_a_nul_in_any_name_parameter_is_422_naming_it_on_postgres(
+    client: TestClient, admin: dict[str, str], value: str
+) -> None:
+    """``?policy=a%00b`` reached Postgres, whose driver refuses a NUL even in a WHERE (a 500); every
+    string parameter of a query or a path is a Name (orchestrator/inputs.py), refused before."""
+    assert client.app.state.settings.sqlalchemy_url.startswith("postgresql")  # type: ignore[attr-defined]
+    sweep = client.post("/api/sweeps", headers=admin, json=SWEEP).json()["id"]
+    good = {"policy": "act", "backend": "vulkan", "device_class": "cpu-x86_64-xnnpack", "sha256": "0" * 64}
+    for template, where, name in name_parameters(client):
+        ids = {"sweep_id": sweep, "cell_id": 1, "a": sweep, "b": sweep}
+        if where == "path":
+            url = template.format(**ids, **{name: value})
+        else:
+            url = template.format(**ids, **{key: "x" for key in ("sha256", "name")}) + f"?{name}={value}"
+        response = client.get(url, headers=admin)
+        assert response.status_code == 422, (url, response.text)
+        [error] = response.json()["detail"]
+        assert error["loc"][:2] == [where, name], (url, error)
+        if where == "query":
+            assert "NUL character" in error["msg"], (url, error)
+            # The same parameter with a name the farm knows is answered.
+            fine = template.format(**ids) + f"?{name}={good.get(name, 'et-1.5.1')}"
+            assert client.get(fine, headers=admin).status_code == 200, fine
