@@ -180,9 +180,10 @@ def waiting(cell: Cell, live: Live | None) -> str | None:
 
 
 def cpu_jobs(cell: Cell, live: Live | None = None) -> CpuJobs:
-    """What the cell's CPU jobs say, for its view: the state rule's answer, and its latest job (with
-    ``live``, the online workers, also whether it waits for one)."""
-    state, pending = cell_state(cell)
+    """What the cell's CPU jobs say, for its view: the state rule's answer as the cell's row keeps it
+    (``jobs.cell_state.refresh_cell``), and its latest job (with ``live``, the online workers, also
+    whether it waits for one)."""
+    state, pending = cell.state, cell.pending
     latest = _latest_cpu_job(cell)
     running = latest is not None and latest.status is JobStatus.RUNNING
     memory = routes.memory_class(latest.memory_gb) if latest is not None else None
