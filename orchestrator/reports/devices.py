@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from coverfarm import runtime_repros
-from coverfarm.device_result import short_message
+from coverfarm.device_words import RUNTIME_FAILURES, short_message
 from orchestrator.devices.grid import baselines, runs
 from orchestrator.models import Cell, Sweep
 
@@ -90,7 +90,7 @@ def runtime_issues(
         cell = by_id[cell_id]
         if failure is None or failure.message is None:
             continue
-        if failure.kind not in ("refused_at_load", "crashed"):
+        if failure.kind not in RUNTIME_FAILURES:
             continue
         where = short_message(failure.message)
         ref = runtime_repros.for_message(failure.message)
