@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -184,7 +184,7 @@ def test_the_layer_table_has_no_loop() -> None:
     assert not any("coverfarm_cli" in {top(rule) for rule in rules} for rules in ALLOWED.values())
 
 
-def strongly_connected(nodes: list[str], edges: dict[str, dict[str, int]]) -> list[list[str]]:
+def strongly_connected(nodes: list[str], edges: Mapping[str, Mapping[str, object]]) -> list[list[str]]:
     """Tarjan's components, iteratively (the module graph is deep enough to hit the recursion limit)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
