@@ -199,7 +199,8 @@ def cpu_jobs(cell: Cell, live: Live | None = None) -> CpuJobs:
 
 
 def cell_view(cell: Cell, live: Live | None = None) -> CellPublic:
-    state, pending = cell_state(cell)
+    """The cell as the API gives it: its state as its row keeps it, as the grid and the report read it,
+    its jobs and its latest result."""
     results = [job.result for job in cell.jobs if job.result is not None]
     return CellPublic(
         id=cell.id,
@@ -208,8 +209,8 @@ def cell_view(cell: Cell, live: Live | None = None) -> CellPublic:
         backend=cell.backend,
         stack=cell.stack,
         options=cell.options,
-        state=state,
-        pending=pending,
+        state=cell.state,
+        pending=cell.pending,
         waiting=waiting(cell, live),
         result=ResultPublic.model_validate(results[-1]) if results else None,
         jobs=[JobPublic.model_validate(job) for job in cell.jobs],
