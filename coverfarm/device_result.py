@@ -8,11 +8,12 @@ identical to the reference (no noise at all).
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from coverfarm.device_words import runtime_failure
 
 RESULT_FORMAT = 1
 
@@ -269,23 +270,6 @@ FailureKind = Literal[
 ]
 
 
-_RAISED_FROM = re.compile(r"Exception raised from \S+ at (?:\S*/)?(?P<where>[^/\s]+:\d+): ")
-
-
-# How the Vulkan graph builder says the runtime has no kernel for a delegated op.
-MISSING_OPERATOR = "Missing operator: "
-
-
-def short_message(message: str) -> str:
-    """A runtime's message as the grid shows it: its first failure, where the check that failed sits
-    (``IndexTensor.cpp:76``) and what it says, without the exception's type and the source path."""
-    parts = message.split("; ")
-    text = next((part for part in parts if not part.startswith("terminate called")), message)
-    if MISSING_OPERATOR in text:  # the graph builder's assert: what it lacks says it all
-        return text[text.index(MISSING_OPERATOR) :].strip()
-    return _RAISED_FROM.sub(lambda m: f"{m.group('where')}: ", text).strip()
-
-
 class DeviceFailure(BaseModel):
     """Why a device run failed, by class: the grid shows ``short_cause``, the details the rest."""
 
@@ -302,11 +286,8 @@ class DeviceFailure(BaseModel):
     @property
     def short_cause(self) -> str:
         """The class in words and the runtime's own check, for a grid cell."""
-        words = {"refused_at_load": "refused at load", "crashed": "crashed while running"}
-        if self.message and self.kind in words:
-            where = f"{self.program}: " if self.program else ""
-            return f"{words[self.kind]}: {where}{short_message(self.message)}"
-        return self.cause
+        said = runtime_failure(self.kind, self.message, self.program) if self.message else None
+        return said if said is not None else self.cause
 
 
 class RuntimeIdentity(BaseModel):

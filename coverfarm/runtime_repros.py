@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from coverfarm.device_result import MISSING_OPERATOR
+from coverfarm.device_words import MISSING_OPERATOR
 
 
 @dataclass(frozen=True)

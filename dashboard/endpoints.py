@@ -17,6 +17,7 @@ import jinja2
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.templating import Jinja2Templates
+from sqlalchemy.orm import Session
 
 from coverfarm import tracker
 from dashboard import progress_page, views
@@ -112,22 +113,20 @@ def _chosen(sweep: SweepSummary, stack: list[str] | None) -> list[str]:
     return chosen
 
 
-def _grid(session: SessionDep, sweep: SweepSummary, cells: list[Cell], chosen: list[str]) -> views.Grid:
+def grid_of(session: Session, sweep: SweepSummary, cells: list[Cell], chosen: list[str]) -> views.Grid:
     """The grid of some of the sweep's stored cells, with their device columns and why a cell waits
     for a worker; the ``chosen`` stacks (default: the sweep's first), side by side when
-    several."""
-    online = workers.live(session)
-    public = [service.cell_view(cell, online) for cell in cells]
-    cell_views_ = cell_views.views_of(session, cells, sweep.device_classes, online)
+    several. Each cell is read once: its row (the state kept on it) and its view."""
+    cell_views_ = cell_views.views_of(session, cells, sweep.device_classes, workers.live(session))
     stacks = cell_views.release_order(list(sweep.stacks), cells, cell_views_)
-    return views.grid(sweep.backends, public, cell_views_, stacks, chosen or list(sweep.stacks)[:1])
+    return views.grid(sweep.backends, cells, cell_views_, stacks, chosen or list(sweep.stacks)[:1])
 
 
 def _page(session: SessionDep, sweep_id: int, offset: int, stack: list[str] | None = None) -> dict[str, Any]:
     """A grid page: the sweep's summary (counted in the database) and one page of its rows."""
     sweep = service.summary(session, sweep_id)
     chosen = _chosen(sweep, stack)
-    grid = _grid(session, sweep, service.cells_of_rows(session, sweep, offset, ROWS), chosen)
+    grid = grid_of(session, sweep, service.cells_of_rows(session, sweep, offset, ROWS), chosen)
     # The stacks shown are named in every link the page follows (its next rows, live.json), so that
     # what it loads later is of the stacks it shows, whichever order a load of other rows would give.
     shown = grid.shown if len(grid.stacks) > 1 else []
@@ -189,7 +188,7 @@ def sweep_rows(
     below them (``more``: the next rows' link, empty after the last)."""
     sweep = service.summary(session, sweep_id)
     chosen = _chosen(sweep, stack)
-    grid = _grid(session, sweep, service.cells_of_rows(session, sweep, offset, limit), chosen)
+    grid = grid_of(session, sweep, service.cells_of_rows(session, sweep, offset, limit), chosen)
     macros = _macros()
     more = _rows(sweep, offset, limit, chosen, compare=grid.compare, page=False)
     return JSONResponse(
@@ -225,7 +224,7 @@ def sweep_live(
         stored = service.cells_by_id(session, sweep_id, cells)
     else:
         stored = service.cells_of_rows(session, sweep, offset, ROWS if rows is None else rows)
-    grid = _grid(session, sweep, stored, chosen)
+    grid = grid_of(session, sweep, stored, chosen)
     macros = _macros()
     return JSONResponse(
         {

@@ -9,11 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Protocol
 
 from coverfarm import tracker
 from coverfarm.cell_view import CellView, Column, Kind
 from coverfarm.result import ResultDocument, StageResult
 from coverfarm.stacks import DEFAULT_STACK
+from orchestrator.models import JobStatus
 from orchestrator.sweeps.schemas import CellPublic, SweepSummary
 
 DEVICE_COLUMN = "Device runs"
@@ -120,24 +122,12 @@ class GridCell:
     heavy_text: str
     heavy_kind: Kind
     summary: str  # one line for screen readers and the heatmap's tooltip
+    devices: dict[str, Field] = field(default_factory=dict)  # each device class's column on its own
 
 
 def _field(column: Column, text: str) -> Field:
     share = column.share.fraction if column.share is not None else None
     return Field(text, tone(column), share, tracker.hint(column), None, column.kind)
-
-
-def device_field(view: CellView) -> Field:
-    """The device column: one "class: text" per device class of the sweep (the text alone for one)."""
-    if not view.devices:
-        return _field(view.device, tracker.device_text(view.device))
-    texts = {name: tracker.device_text(column) for name, column in view.devices.items()}
-    shown = "; ".join(texts.values()) if len(texts) == 1 else "; ".join(f"{k}: {v}" for k, v in texts.items())
-    kinds = {column.kind for column in view.devices.values()}
-    kind = next((kind for kind in DEVICE_TONE_ORDER if kind in kinds), Kind.NOT_APPLICABLE)
-    hint = ", ".join(tracker.device_hint(name, column) for name, column in view.devices.items())
-    flagged = any(column.off_release is not None for column in view.devices.values())
-    return Field(shown, KIND_TONES[kind], None, hint, None, kind, flagged)
 
 
 def device_class_field(device_class: str, column: Column) -> Field:
@@ -147,6 +137,28 @@ def device_class_field(device_class: str, column: Column) -> Field:
     return Field(
         tracker.device_text(column), tone, None, hint, None, column.kind, column.off_release is not None
     )
+
+
+def device_fields(view: CellView) -> dict[str, Field]:
+    """Each of the cell's device classes' columns on its own, by class, in the sweep's order."""
+    return {name: device_class_field(name, column) for name, column in view.devices.items()}
+
+
+def device_field(view: CellView, per_class: dict[str, Field] | None = None) -> Field:
+    """The device column: one "class: text" per device class of the sweep (the text alone for one),
+    from ``per_class`` (``device_fields``, made here when not given)."""
+    if not view.devices:
+        return _field(view.device, tracker.device_text(view.device))
+    per_class = device_fields(view) if per_class is None else per_class
+    if len(per_class) == 1:
+        shown = "; ".join(field_.text for field_ in per_class.values())
+    else:
+        shown = "; ".join(f"{name}: {field_.text}" for name, field_ in per_class.items())
+    kinds = {field_.kind for field_ in per_class.values()}
+    kind = next((kind for kind in DEVICE_TONE_ORDER if kind in kinds), Kind.NOT_APPLICABLE)
+    hint = ", ".join(field_.hint or "" for field_ in per_class.values())
+    flagged = any(field_.flagged for field_ in per_class.values())
+    return Field(shown, KIND_TONES[kind], None, hint, None, kind, flagged)
 
 
 def coverage_fields(view: CellView) -> list[Field]:
@@ -168,8 +180,28 @@ def coverage_fields(view: CellView) -> list[Field]:
     return fields
 
 
-def grid_cell(cell: CellPublic, view: CellView) -> GridCell:
-    fields = [*coverage_fields(view), device_field(view)]
+class CellRow(Protocol):
+    """What a grid cell reads off a stored cell beside its view: the row itself
+    (``orchestrator.models.Cell``, its state the one kept on it) or the API's copy of it (the cell page's
+    ``CellPublic``)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def policy(self) -> str: ...
+    @property
+    def backend(self) -> str: ...
+    @property
+    def stack(self) -> str: ...
+    @property
+    def state(self) -> JobStatus: ...
+    @property
+    def pending(self) -> bool: ...
+
+
+def grid_cell(cell: CellRow, view: CellView) -> GridCell:
+    devices = device_fields(view)
+    fields = [*coverage_fields(view), device_field(view, devices)]
     title = tracker.backend_title(cell.backend)
     columns = backend_columns(cell.backend)
     summary = f"{cell.policy} on {title}: " + "; ".join(
@@ -187,6 +219,7 @@ def grid_cell(cell: CellPublic, view: CellView) -> GridCell:
         heavy_text=fields[1].text,
         heavy_kind=view.heavy.kind,
         summary=summary,
+        devices=devices,
     )
 
 
@@ -219,15 +252,16 @@ class Grid:
 
 def grid(
     backends: list[str],
-    cells: Sequence[CellPublic],
+    cells: Sequence[CellRow],
     views: dict[int, CellView],
     stacks: list[str] | None = None,
     shown: list[str] | None = None,
 ) -> Grid:
     """Rows of some of a sweep's cells, one per policy in cell order (and per stack shown under it when
-    there are several) and a column per one of the sweep's ``backends``. ``views``: their views by cell
-    id (orchestrator.sweeps.cell_views.views_of); ``stacks``: the sweep's, oldest release first
-    (orchestrator.sweeps.cell_views.release_order); ``shown``: those to show (default: the first)."""
+    there are several) and a column per one of the sweep's ``backends``. ``cells``: their stored rows;
+    ``views``: their views by cell id, each built once (orchestrator.sweeps.cell_views.views_of);
+    ``stacks``: the sweep's, oldest release first (orchestrator.sweeps.cell_views.release_order);
+    ``shown``: those to show (default: the first)."""
     stacks = stacks or list(dict.fromkeys(cell.stack for cell in cells)) or [DEFAULT_STACK]
     shown = shown or stacks[:1]
     by_key = {

@@ -51,8 +51,8 @@ from coverfarm.device_result import (
     NativeRuntimeInfo,
     ProgramLoad,
     TimingRules,
-    short_message,
 )
+from coverfarm.device_words import CRASHED_WHILE_RUNNING, REFUSED_AT_LOAD, short_message
 from gpu_runner.manifest import ProgramSpec, TensorSpec
 from gpu_runner.runtime import (
     RUNTIME_BACKEND,
@@ -502,7 +502,7 @@ class NativeServer:
         except TimeoutError:
             self._fail("out_of_time", f"did not load within {self.load_timeout_s:.0f} s", kill=True)
         if not ready:
-            self._fail("refused_at_load", "refused at load")
+            self._fail("refused_at_load", REFUSED_AT_LOAD)
         self.load_ms = parse_log("\n".join(lines)).load_ms
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -528,7 +528,7 @@ class NativeServer:
         except TimeoutError:
             self._fail("out_of_time", f"ran over {self.timeout_s:.0f} s", kill=True)
         if not done:
-            self._fail("crashed", "crashed while running")
+            self._fail("crashed", CRASHED_WHILE_RUNNING)
         folder = self.output_base.parent
         outputs = [decode(folder / f"out-{i}.bin", spec) for i, spec in enumerate(self.spec.outputs)]
         return outputs, (time.perf_counter() - start) * 1e3
@@ -603,7 +603,7 @@ class NativeProgram:
                 output_base=base,
                 quiet_outputs=self._runtime.quiet_outputs,
             )
-            log, wall_ms = self._runtime.execute(args, self, "crashed", "crashed while running")
+            log, wall_ms = self._runtime.execute(args, self, "crashed", CRASHED_WHILE_RUNNING)
             values = (
                 [decode(folder / f"out-{i}.bin", s) for i, s in enumerate(self.spec.outputs)] if base else []
             )
@@ -670,7 +670,7 @@ class NativeRuntime:
             runner_args(self.binary, pte, executions=0, quiet_outputs=self.quiet_outputs),
             probe,
             "refused_at_load",
-            "refused at load",
+            REFUSED_AT_LOAD,
         )
         load = ProgramLoad(program=spec.name, first_ms=log.load_ms, first_wall_ms=wall_ms)
         server = None

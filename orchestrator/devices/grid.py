@@ -1,7 +1,8 @@
 """The device side of a sweep's cells, typed, for their views (``coverfarm.cell_build.DeviceInput``): per
 cell and device class of the sweep, its run and its eager baseline (their validated documents), its
-device jobs, and whether a runner serves the class. The device columns' texts are the reports'
-(``orchestrator.reports.devices.device_cells``).
+device jobs, and whether a runner serves the class. The cells' views (``orchestrator.sweeps.cell_views``)
+take them; every renderer (the grid, the cell page, the report) words their device columns with
+``coverfarm.tracker``.
 """
 
 from __future__ import annotations

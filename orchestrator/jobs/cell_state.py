@@ -31,8 +31,9 @@ def refresh_cell(session: Session, cell_id: int) -> None:
     Called by the job service after it creates a CPU job or changes one's status (and flushes), with
     that job locked. No other transaction changes the cell's CPU jobs meanwhile: a cell has one CPU job
     that has not ended at most (a slow lower job's longer re-run is made in the transaction that ends
-    it), and only a job that has not ended changes. Two statements: the jobs read, the cell written. The
-    write is a plain UPDATE: a copy of the cell this session holds keeps the columns it had.
+    it), and only a job that has not ended changes. Two statements: the jobs read, the cell written
+    (``RETURNING`` its id, so that a copy of the cell this session holds takes the new columns: the
+    grid, the report and the API read a cell's state off it).
     """
     statuses = list(
         session.scalars(
@@ -45,5 +46,5 @@ def refresh_cell(session: Session, cell_id: int) -> None:
         update(Cell)
         .where(Cell.id == cell_id)
         .values(state=state, pending=pending, result_id=newest)
-        .execution_options(synchronize_session=False)
+        .execution_options(synchronize_session="fetch")
     )

@@ -1,6 +1,6 @@
-"""What the reports take from the device side: the device columns' texts of a sweep's cells
-(``device_cells``, from the cells' views), latency samples for the diff, and the runtime build and eager
-baseline behind each device class."""
+"""What the reports take from the device side besides the cells' views (whose device columns
+``orchestrator.sweeps.cell_views`` builds): latency samples for the diff, the runtime build and eager
+baseline behind each device class, and the runtime's refusals and crashes."""
 
 from __future__ import annotations
 
@@ -8,29 +8,13 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from coverfarm import runtime_repros, tracker
-from coverfarm.cell_build import Cell as CellInput
-from coverfarm.cell_build import device_columns
-from coverfarm.device_result import short_message
-from coverfarm.result import Options
-from orchestrator.devices.grid import baselines, device_inputs, runs
+from coverfarm import runtime_repros
+from coverfarm.device_words import RUNTIME_FAILURES, short_message
+from orchestrator.devices.grid import baselines, runs
 from orchestrator.models import Cell, Sweep
-from orchestrator.sweeps.service import cpu_jobs
 
 # cell id -> {device class: latency samples in ms}
 Samples = dict[int, dict[str, list[float]]]
-
-
-def device_cells(session: Session, sweep: Sweep) -> dict[tuple[str, str], dict[str, str]]:
-    """(policy, backend) → {device class: the tracker's device cell text}, for the sweep's classes."""
-    inputs = device_inputs(session, sweep.cells, sweep.device_classes)
-    texts = {}
-    for cell in sweep.cells:
-        typed = CellInput(cell.policy, cell.backend, Options(), cpu=cpu_jobs(cell), devices=inputs[cell.id])
-        texts[(cell.policy, cell.backend)] = {
-            name: tracker.device_text(column) for name, column in device_columns(typed).items()
-        }
-    return texts
 
 
 def device_samples(session: Session, sweep: Sweep) -> Samples:
@@ -106,7 +90,7 @@ def runtime_issues(
         cell = by_id[cell_id]
         if failure is None or failure.message is None:
             continue
-        if failure.kind not in ("refused_at_load", "crashed"):
+        if failure.kind not in RUNTIME_FAILURES:
             continue
         where = short_message(failure.message)
         ref = runtime_repros.for_message(failure.message)

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from coverfarm import tracker
 from coverfarm.cell_view import CellView, Kind, OffRelease
+from coverfarm.device_words import RUNTIME_FAILURES
 from coverfarm.result import Options, ResultDocument
 from coverfarm.tracker import PENDING, backend_title, columns, markdown_table
 from orchestrator.errors import Invalid
@@ -282,7 +283,7 @@ def _runtime_issues(issues: list[RuntimeIssue]) -> list[str]:
     ]
     rows = []
     for issue in issues:
-        what = "refused at load" if issue.kind == "refused_at_load" else "crashed while running"
+        what = RUNTIME_FAILURES[issue.kind]
         op = f"`{issue.op}`" if issue.op else "-"
         rows.append(
             [

@@ -180,9 +180,10 @@ def waiting(cell: Cell, live: Live | None) -> str | None:
 
 
 def cpu_jobs(cell: Cell, live: Live | None = None) -> CpuJobs:
-    """What the cell's CPU jobs say, for its view: the state rule's answer, and its latest job (with
-    ``live``, the online workers, also whether it waits for one)."""
-    state, pending = cell_state(cell)
+    """What the cell's CPU jobs say, for its view: the state rule's answer as the cell's row keeps it
+    (``jobs.cell_state.refresh_cell``), and its latest job (with ``live``, the online workers, also
+    whether it waits for one)."""
+    state, pending = cell.state, cell.pending
     latest = _latest_cpu_job(cell)
     running = latest is not None and latest.status is JobStatus.RUNNING
     memory = routes.memory_class(latest.memory_gb) if latest is not None else None
@@ -198,7 +199,8 @@ def cpu_jobs(cell: Cell, live: Live | None = None) -> CpuJobs:
 
 
 def cell_view(cell: Cell, live: Live | None = None) -> CellPublic:
-    state, pending = cell_state(cell)
+    """The cell as the API gives it: its state as its row keeps it, as the grid and the report read it,
+    its jobs and its latest result."""
     results = [job.result for job in cell.jobs if job.result is not None]
     return CellPublic(
         id=cell.id,
@@ -207,8 +209,8 @@ def cell_view(cell: Cell, live: Live | None = None) -> CellPublic:
         backend=cell.backend,
         stack=cell.stack,
         options=cell.options,
-        state=state,
-        pending=pending,
+        state=cell.state,
+        pending=cell.pending,
         waiting=waiting(cell, live),
         result=ResultPublic.model_validate(results[-1]) if results else None,
         jobs=[JobPublic.model_validate(job) for job in cell.jobs],

@@ -19,12 +19,27 @@ from coverfarm.device_result import (
 )
 from coverfarm.result import Bundle, Options, ResultDocument, StageResult, StageStatus
 from coverfarm.settings import Settings
+from dashboard.endpoints import grid_of
 from orchestrator.artifacts import repository as artifacts
 from orchestrator.artifacts.store import ArtifactStore
 from orchestrator.jobs import service as jobs
-from orchestrator.models import Job
+from orchestrator.models import Job, Sweep
+from orchestrator.sweeps import service as sweeps
 
 CLASS = "cpu-x86_64-xnnpack"
+
+
+def grid_device_texts(session: Session, sweep: Sweep) -> dict[tuple[str, str], dict[str, str]]:
+    """(policy, backend) → {device class: its device column's text}, as the grid renders the sweep's
+    cells (of its first stack) on its pages: ``dashboard.endpoints.grid_of``, the path every grid
+    page and live update takes."""
+    summary = sweeps.summary(session, sweep.id)
+    cells = sweeps.cells_of_rows(session, summary, 0, len(summary.policies))
+    grid = grid_of(session, summary, cells, [])
+    return {
+        (cell.policy, cell.backend): {name: field.text for name, field in cell.devices.items()}
+        for cell in grid.cells
+    }
 
 
 def probe(classes: list[str] | None = None, baseline: bool = False) -> dict[str, Any]:

@@ -6,7 +6,16 @@ import copy
 from datetime import timedelta
 from pathlib import Path
 
-from devicetools import CLASS, device_jobs, device_result, enrol, lower_with_bundle, make_healthy, probe
+from devicetools import (
+    CLASS,
+    device_jobs,
+    device_result,
+    enrol,
+    grid_device_texts,
+    lower_with_bundle,
+    make_healthy,
+    probe,
+)
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -17,7 +26,6 @@ from coverfarm.signing import new_key_pair, sign
 from coverfarm.stacks import DEFAULT_STACK
 from orchestrator.devices import service as devices
 from orchestrator.models import DeviceRun, EnrolmentToken, Job, JobStatus, Runner, Sweep, utcnow
-from orchestrator.reports.devices import device_cells
 
 
 def device_run_count(sessions: sessionmaker[Session]) -> int:
@@ -158,7 +166,7 @@ def test_device_job_claimed_run_and_reported_only_by_its_runner(
         job_id = jobs_[0].id
         swept = session.get(Sweep, sweep["id"])
         assert swept is not None
-        assert device_cells(session, swept) == {
+        assert grid_device_texts(session, swept) == {
             ("act", "xnnpack"): {CLASS: "⏳"},
             ("act", "vulkan"): {CLASS: "-"},
         }
@@ -192,7 +200,7 @@ def test_device_job_claimed_run_and_reported_only_by_its_runner(
         assert job is not None and job.status is JobStatus.OK
         swept = session.get(Sweep, sweep["id"])
         assert swept is not None
-        assert device_cells(session, swept)[("act", "xnnpack")] == {CLASS: "✓ 3.25 ms"}
+        assert grid_device_texts(session, swept)[("act", "xnnpack")] == {CLASS: "✓ 3.25 ms"}
         run = session.scalars(select(DeviceRun)).one()
         assert (run.runner_id, run.source, run.attempt, run.median_ms) == (runner_id, "job", 1, 3.25)
     assert "✓ 3.25 ms" in client.get(f"/sweeps/{sweep['id']}").text  # the grid's device column

@@ -8,7 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from devicetools import CLASS, HOST, device_result, enrol, lower_with_bundle, make_healthy, trusted_latency
+from devicetools import (
+    CLASS,
+    HOST,
+    device_result,
+    enrol,
+    grid_device_texts,
+    lower_with_bundle,
+    make_healthy,
+    trusted_latency,
+)
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -19,7 +28,6 @@ from coverfarm.result import Options
 from coverfarm.settings import Settings
 from orchestrator.devices.speedups import sweep_speedups
 from orchestrator.models import DeviceBaseline, Job, JobKind, JobStatus, Runner, RunnerState, Sweep
-from orchestrator.reports.devices import device_cells
 
 
 def baseline_document(policy: str, median_ms: float | None, status: str = "ok") -> dict[str, Any]:
@@ -47,7 +55,7 @@ def cells(sessions: sessionmaker[Session], sweep_id: int) -> dict[tuple[str, str
     with sessions() as session:
         sweep = session.get(Sweep, sweep_id)
         assert sweep is not None
-        return device_cells(session, sweep)
+        return grid_device_texts(session, sweep)
 
 
 def baseline_rows(sessions: sessionmaker[Session]) -> int:
@@ -173,7 +181,7 @@ def test_a_speedup_from_two_stable_measurements_of_one_runner_and_none_from_unst
     assert allowed.allowed and allowed.value == pytest.approx(4.0), allowed.reasons
     with sessions() as session:  # the grid and the report show the same verdict
         latest = max(session.scalars(select(Sweep)).all(), key=lambda sweep: sweep.id)
-        assert device_cells(session, latest)[("act", "xnnpack")] == {CLASS: "✓ 3.25 ms (4.0×)"}
+        assert grid_device_texts(session, latest)[("act", "xnnpack")] == {CLASS: "✓ 3.25 ms (4.0×)"}
     noisy = {**device, "latency": trusted_latency(3.25, cv_spread=0.3)}
     refused = speedup_after(client, admin, sessions, settings, tmp_path / "b", noisy, eager)
     assert not refused.allowed and refused.value is None

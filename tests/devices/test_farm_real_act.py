@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
+from devicetools import grid_device_texts
 from farmkit import (
     ROOT,
     TOKEN,
@@ -43,7 +44,6 @@ from coverfarm.device_result import DeviceResult
 from coverfarm.tracker import backend_title
 from orchestrator.devices.speedups import speedup_of
 from orchestrator.models import Cell, DeviceBaseline, DeviceRun, Sweep
-from orchestrator.reports.devices import device_cells
 
 CLASS = f"cpu-{os.uname().machine}-xnnpack"
 # The whole sweep: act traced (or found in the cache), lowered for XNNPACK, its bundle run and its eager
@@ -136,7 +136,7 @@ def test_act_through_the_farm_to_tracker_rows_and_a_device_tick(
         swept = session.get(Sweep, sweep_id)
         assert swept is not None
         xnnpack = next(cell for cell in swept.cells if cell.backend == "xnnpack")
-        text = device_cells(session, swept)[("act", "xnnpack")][CLASS]
+        text = grid_device_texts(session, swept)[("act", "xnnpack")][CLASS]
         runs = session.scalars(select(DeviceRun).join(Cell).where(Cell.sweep_id == sweep_id)).all()
         baseline = session.scalars(select(DeviceBaseline).where(DeviceBaseline.cell_id == xnnpack.id)).one()
     assert [run.cell_id for run in runs] == [xnnpack.id]

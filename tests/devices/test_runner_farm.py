@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from devicetools import grid_device_texts
 from farmkit import TOKEN, sweep_done, wait_for
 from runnertools import StartRunner, run_cli
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.models import Cell, DeviceRun, Job, JobAttempt, JobStatus, Sweep, utcnow
-from orchestrator.reports.devices import device_cells
 
 CLASS = f"cpu-{os.uname().machine}-xnnpack"
 
@@ -45,7 +45,7 @@ def cells_text(sessions: sessionmaker[Session], sweep_id: int) -> dict[tuple[str
     with sessions() as session:
         sweep = session.get(Sweep, sweep_id)
         assert sweep is not None
-        return device_cells(session, sweep)
+        return grid_device_texts(session, sweep)
 
 
 def timed(text: str) -> bool:
@@ -178,6 +178,6 @@ def test_offline_run_bundle_import_and_a_changed_number_refused(
         swept = session.get(Sweep, sweep_id)
         assert swept is not None
         swept.device_classes = [CLASS]  # shown in the columns once the sweep names the class
-        text = device_cells(session, swept)[("vqbet", "xnnpack")][CLASS]
+        text = grid_device_texts(session, swept)[("vqbet", "xnnpack")][CLASS]
         session.rollback()
     assert timed(text)

@@ -7,7 +7,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from devicetools import CLASS, HOST, device_result, enrol, lower_with_bundle, trusted_latency
+from devicetools import (
+    CLASS,
+    HOST,
+    device_result,
+    enrol,
+    grid_device_texts,
+    lower_with_bundle,
+    trusted_latency,
+)
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -18,7 +26,6 @@ from coverfarm.settings import Settings
 from coverfarm.signing import new_key_pair, sign
 from gpu_runner.native_runtime import classify_exit
 from orchestrator.models import Sweep
-from orchestrator.reports.devices import device_cells
 
 RECORDED = Path(__file__).resolve().parents[1] / "gpu_runner" / "recorded"
 
@@ -109,4 +116,4 @@ def test_an_offline_hosts_signed_baseline_gives_its_run_a_speedup(
     with sessions() as session:
         stored_sweep = session.get(Sweep, sweep["id"])
         assert stored_sweep is not None
-        assert device_cells(session, stored_sweep)[("act", "xnnpack")] == {CLASS: "✓ 25 ms (2.8×)"}
+        assert grid_device_texts(session, stored_sweep)[("act", "xnnpack")] == {CLASS: "✓ 25 ms (2.8×)"}

@@ -434,3 +434,41 @@ def test_0010_postgres_notifies_the_events_channel_at_commit_once_per_insert(tmp
         writer.execute(insert)
         writer.commit()
         assert notified(listener, 0) == []
+
+
+@pytest.mark.parametrize("make_settings", [postgres_settings, sqlite_settings], ids=["postgres", "sqlite"])
+def test_0011_adds_reuse_device_off_for_every_stored_sweep(
+    make_settings: Callable[[Path], Settings], tmp_path: Path
+) -> None:
+    """Sweeps stored before 0011 do not take stored device runs (``reuse_device`` false); a new one may;
+    the downgrade drops the column and keeps every sweep and its cells (on SQLite a batch copy of
+    ``sweeps`` would cascade to them)."""
+    from orchestrator.db import make_engine
+
+    settings = make_settings(tmp_path)
+    config = alembic_config(settings)
+    command.upgrade(config, "0010")
+    engine = make_engine(settings)
+    now = "now()" if engine.dialect.name == "postgresql" else "CURRENT_TIMESTAMP"
+    sweep_row = (
+        "INSERT INTO sweeps (id, created_at, constant_prop, lowering, timeout_s{})"
+        " VALUES ({}, {}, true, 'fast', 900{})"
+    )
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(sweep_row.format("", 1, now, "")))
+            conn.execute(text("INSERT INTO cells (id, sweep_id, policy, backend, options) "
+                              "VALUES (1, 1, 'act', 'xnnpack', '{}')"))  # fmt: skip
+        command.upgrade(config, "0011")
+        with engine.begin() as conn:
+            assert conn.execute(text("SELECT id, reuse_device FROM sweeps")).all() == [(1, False)]
+            conn.execute(text(sweep_row.format(", reuse_device", 2, now, ", true")))
+            rows = conn.execute(text("SELECT id, reuse_device FROM sweeps ORDER BY id")).all()
+            assert rows == [(1, False), (2, True)]
+        command.downgrade(config, "0010")
+        assert "reuse_device" not in {column["name"] for column in inspect(engine).get_columns("sweeps")}
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT id FROM sweeps ORDER BY id")).all() == [(1,), (2,)]
+            assert conn.execute(text("SELECT id, sweep_id FROM cells")).all() == [(1, 1)]
+    finally:
+        engine.dispose()

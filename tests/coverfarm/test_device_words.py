@@ -1,0 +1,33 @@
+"""The device words: a runtime's refusal or crash in the words the runner, the grid and the report share."""
+
+from __future__ import annotations
+
+from coverfarm.device_result import DeviceFailure
+from coverfarm.device_words import REFUSED_AT_LOAD, runtime_failure, short_message
+
+RAISED = (
+    "Exception raised from add_node at /src/executorch/backends/vulkan/runtime/graph/ops/impl/"
+    "IndexTensor.cpp:76: (index.size() == 1) is false! only one index tensor; terminate called after "
+    "throwing an instance of 'vkcompute::vkapi::Error'"
+)
+
+
+def test_short_message_keeps_the_check_and_its_words_without_the_path() -> None:
+    # The first of its "; "-joined failures, not the terminate line after it.
+    assert short_message(RAISED) == "IndexTensor.cpp:76: (index.size() == 1) is false! only one index tensor"
+    first = "terminate called recursively; Exception raised from f at a/b/Shader.cpp:12: no shader"
+    assert short_message(first) == "Shader.cpp:12: no shader"
+    missing = "vkapi: Missing operator: aten.logical_not.default"
+    assert short_message(missing) == "Missing operator: aten.logical_not.default"
+
+
+def test_a_refusal_reads_the_same_in_the_grid_and_in_the_shared_words() -> None:
+    failure = DeviceFailure(kind="refused_at_load", cause="x", program="forward", message=RAISED)
+    said = runtime_failure("refused_at_load", RAISED, "forward")
+    assert said is not None and said.startswith(f"{REFUSED_AT_LOAD}: forward: IndexTensor.cpp:76: ")
+    assert failure.short_cause == said
+    assert runtime_failure("crashed", "boom") == "crashed while running: boom"
+    # A kind the runtime's message does not explain keeps the failure's own cause.
+    assert runtime_failure("wrong_output", RAISED) is None
+    wrong = DeviceFailure(kind="wrong_output", cause="max abs error 3.1", message=RAISED)
+    assert wrong.short_cause == "max abs error 3.1"
