@@ -29,6 +29,8 @@ class ProgramSpec(BaseModel):
     runs_per_chunk: int
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
+    raw_inputs: list[str] = Field(default_factory=list)  # the test case's inputs as .bin files
+    etrecord: str | None = None  # the lowering's ETRecord, which reads a profile of the program
 
 
 class PlanCall(BaseModel):

@@ -112,6 +112,7 @@ def create(session: Session, settings: Settings, body: SweepCreate) -> Sweep:
         lowering=body.options.lowering,
         weights=body.options.weights,
         timeout_s=timeout_s,
+        etrecord=body.options.etrecord,
     )
     by_backend = {
         backend: options.model_copy(update={"force_fp16": body.options.force_fp16 and backend == "vulkan"})
