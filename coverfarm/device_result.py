@@ -14,6 +14,7 @@ from typing import Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from coverfarm.device_words import runtime_failure
+from coverfarm.profile import ProfileRun
 
 RESULT_FORMAT = 1
 
@@ -332,3 +333,6 @@ class DeviceResult(BaseModel):
     # Who timed it where: a speed-up divides two measurements of the same runner on the same host.
     runner_id: int | None = None  # the enrolled runner of this host (its runner.json), None if none
     host_id: str | None = None  # gpu_runner.hostload.host_id(): machine id and host name
+    # The chunk run once more with a profiling runtime (coverfarm/profile.py), apart from the timed runs:
+    # its ETDumps and where the time went. Never part of ``latency``.
+    profile: ProfileRun | None = None

@@ -70,6 +70,10 @@ class Options(BaseModel):
     # Vulkan only: VulkanPartitioner({"force_fp16": True}) computes in fp16 on the device; the bundle's
     # device tolerance is then FP16_TOLERANCE (coverfarm.result) instead of the trace's fp32 one.
     force_fp16: bool = False
+    # Write each program's ETRecord into the bundle (programs/<name>.etrecord), which reading a device
+    # profile needs to name its ops. Off by default: it holds the aten, edge and ExecuTorch programs with
+    # their weights, several times the .pte's bytes (docs/design.md, "Bundle").
+    etrecord: bool = False
 
 
 # The device correctness tolerance of a force_fp16 bundle: np.allclose(device, eager fp32, rtol, atol).

@@ -1,5 +1,6 @@
 """Every text a cell is shown with: the tracker issue's Coverage table, its columns and cell formats, the
-device cells, shares and milliseconds, rendered from a cell's view (``coverfarm.cell_view``).
+device cells, shares and milliseconds, rendered from a cell's view (``coverfarm.cell_view``), and a device
+cell's profile (where the time goes, ``coverfarm.profile``).
 
 The one module that turns a cell's numbers into text: the CLI row, the report and the grid all call it,
 and none of them reads text back (the grid's colours follow the column's kind).
@@ -12,7 +13,8 @@ from collections.abc import Callable, Iterable
 from coverfarm.cell_build import document_view
 from coverfarm.cell_change import ColumnChange, Direction
 from coverfarm.cell_view import CellView, Column, Kind, Latency, OffRelease
-from coverfarm.result import ResultDocument, ReusedFrom
+from coverfarm.profile import CPU, ProfileSummary, blockers_of
+from coverfarm.result import Blocker, ResultDocument, ReusedFrom
 
 BACKEND_TITLES = {"vulkan": "Vulkan", "xnnpack": "XNNPACK"}
 DONE = "✓"
@@ -308,3 +310,49 @@ def coverage_change_texts(changes: list[ColumnChange]) -> list[str]:
         programs_change_text(programs),
         export_change_text(export),
     ]
+
+
+# A device cell's profile (coverfarm/profile.py): where the profiled chunk's time went.
+
+
+def profile_split(summary: ProfileSummary) -> list[list[str]]:
+    """Rows (part, milliseconds, share) of a profiled chunk: each delegate, the CPU-left ops, the runtime
+    between its instructions, the hand-over between programs, and the whole; each share of the chunk
+    (of the programs' executions where the chunk's wall clock was not measured)."""
+    whole = summary.chunk_ms if summary.chunk_ms is not None else summary.execute_ms
+
+    def row(part: str, ms: float | None) -> list[str]:
+        if ms is None:
+            return [part, "not measured", NOT_APPLICABLE]
+        return [part, milliseconds(ms), share_percent(ms / whole if whole else None)]
+
+    rows = [row(f"{d.backend} ({d.calls} calls)", d.ms) for d in summary.delegates]
+    rows += [row("CPU-left ops", summary.cpu_ops_ms), row("runtime between instructions", summary.runtime_ms)]
+    rows.append(row("hand-over between programs", summary.handover_ms))
+    rows.append(row("chunk" if summary.chunk_ms is not None else "programs' executions", whole))
+    return rows
+
+
+def profile_line(summary: ProfileSummary) -> str:
+    """One line: the CPU's share of the profiled chunk and the split."""
+    parts = [f"{d.backend} {milliseconds(d.ms)}" for d in summary.delegates]
+    parts.append(f"CPU ops {milliseconds(summary.cpu_ops_ms)}")
+    if summary.handover_ms is not None:
+        parts.append(f"hand-over {milliseconds(summary.handover_ms)}")
+    whole = summary.chunk_ms if summary.chunk_ms is not None else summary.execute_ms
+    of = "chunk" if summary.share_of == "chunk" else "programs' executions"
+    cpu = share_percent(summary.cpu_share)
+    return f"{cpu} of the {of} on the CPU: {', '.join(parts)} of {milliseconds(whole)} (profiled, tracer on)"
+
+
+def profile_op_rows(summary: ProfileSummary, blockers: list[Blocker]) -> list[list[str]]:
+    """Rows (op, where, milliseconds, calls, blocker group) of the top ops by time; a CPU-left op names
+    its blocker groups (op, reason) and whether their repro is ready."""
+    rows = []
+    for op in summary.top_ops:
+        groups = blockers_of(op, blockers)
+        linked = "; ".join(
+            f"{g.reason} ({'repro ready' if g.repro_ready else 'no repro'})" for g in groups
+        ) or (NOT_APPLICABLE if op.where != CPU else "no blocker group")
+        rows.append([f"`{op.name}`", op.where, milliseconds(op.ms), str(op.calls), linked])
+    return rows

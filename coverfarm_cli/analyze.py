@@ -75,6 +75,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="Vulkan only: VulkanPartitioner({'force_fp16': True}); the bundle then states fp16's tolerance",
     )
+    parser.add_argument(
+        "--etrecord",
+        action="store_true",
+        help="put each program's ETRecord into the bundle (reading a device profile needs it; "
+        "several times the .pte's size)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -98,6 +104,7 @@ def options_of(args: argparse.Namespace) -> Options:
             lowering=args.lowering,
             weights=args.weights,
             force_fp16=args.force_fp16,
+            etrecord=args.etrecord,
         )
     except ValidationError as error:
         first = error.errors()[0]

@@ -87,6 +87,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--force-fp16", action="store_true", help="VulkanPartitioner({'force_fp16': True}) for Vulkan cells"
     )
     submit.add_argument(
+        "--etrecord",
+        action="store_true",
+        help="bundles carry their programs' ETRecords (for device profiles)",
+    )
+    submit.add_argument(
         "--timeout", dest="timeout_s", type=float, help="bound of each stage in seconds (the farm's default)"
     )
     submit.add_argument(
@@ -287,6 +292,7 @@ def run_submit(args: argparse.Namespace) -> int:
             "lowering": args.lowering,
             "weights": getattr(args, "weights", "auto"),
             "force_fp16": getattr(args, "force_fp16", False),
+            "etrecord": getattr(args, "etrecord", False),
         },
     }
     if args.timeout_s is not None:

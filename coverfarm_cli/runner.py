@@ -73,6 +73,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="one executor_runner process per call even where it has --server_mode (for comparison)",
     )
     _executor_runner_option(run)
+    run.add_argument(
+        "--profiling-executor-runner",
+        metavar="PATH",
+        help="after the timed runs, run the bundle once more with this executor_runner built with the "
+        "event tracer (its ETDumps and where the time goes go into the result's profile); "
+        "`wheel-etdump`: the executorch wheel's pybindings instead (a stand-in); "
+        "default: $COVERFARM_PROFILING_EXECUTOR_RUNNER, else no profile",
+    )
     runner_farm.add_signing_options(run)
     run.set_defaults(func=run_bundle)
     runner_farm.add_commands(commands)
@@ -126,10 +134,13 @@ def run_bundle(args: argparse.Namespace) -> int:
     runner_id = args.runner_id if args.runner_id is not None else runner_farm.enrolled_runner_id(args)
 
     from coverfarm.hostlock import HostLock
+    from gpu_runner.profiling import configured, profile_result
     from gpu_runner.replicas import run_replicated
 
+    declared = configured(args.profiling_executor_runner)
+
     def measure(bundle: Path, sha256: str | None) -> DeviceResult:
-        return run_replicated(
+        result = run_replicated(
             bundle,
             rules=rules,
             expected_sha256=sha256,
@@ -141,6 +152,8 @@ def run_bundle(args: argparse.Namespace) -> int:
             timeout_s=settings.device_timeout_s,
             server_mode=args.server_mode,
         )
+        # Once per bundle, after its timed runs and apart from them: never part of the latency.
+        return profile_result(result, bundle, declared, settings.device_timeout_s)
 
     bundle_set = offline.read_set(args.bundle)
     if bundle_set is not None:

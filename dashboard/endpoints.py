@@ -8,7 +8,7 @@ its public views), so the grid can never show something the API does not.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlencode
@@ -29,6 +29,7 @@ from orchestrator.inputs import DB_INT_MAX, Id, Name, Offset, Text
 from orchestrator.models import Cell, utcnow
 from orchestrator.reports import progress
 from orchestrator.reports import service as reports
+from orchestrator.reports.profiles import cell_profiles
 from orchestrator.reports.progress_markdown import stack_label
 from orchestrator.sweeps import cell_views, service
 from orchestrator.sweeps.schemas import SweepSummary
@@ -290,6 +291,7 @@ def cell_details(
     several = len(stored.sweep.stacks or []) > 1
     view = cell_views.view_of(stored, devices, online)
     details = views.details(service.cell_view(stored, online), view, several)
+    details = replace(details, profiles=views.profile_views(cell_profiles(session, [stored])))
     page = "details.html" if partial else "cell.html"
     return templates.TemplateResponse(request, page, {"d": details, "now": utcnow()})
 

@@ -13,9 +13,11 @@ from typing import Protocol
 
 from coverfarm import tracker
 from coverfarm.cell_view import CellView, Column, Kind
+from coverfarm.profile import ProfileRun
 from coverfarm.result import ResultDocument, StageResult
 from coverfarm.stacks import DEFAULT_STACK
 from orchestrator.models import JobStatus
+from orchestrator.reports.profiles import CellProfile
 from orchestrator.sweeps.schemas import CellPublic, SweepSummary
 
 DEVICE_COLUMN = "Device runs"
@@ -311,6 +313,34 @@ class Details:
     cause: str | None
     repro: str
     stack: str | None = None  # the cell's stack, where its sweep has several
+    profiles: list[ProfileView] = field(default_factory=list)  # where the time goes, per device class
+
+
+@dataclass(frozen=True)
+class ProfileView:
+    """A device class's profile of the cell, as its details show it (texts from ``coverfarm.tracker``)."""
+
+    device_class: str
+    profile: ProfileRun
+    line: str | None
+    split: list[list[str]]
+    ops: list[list[str]]
+
+
+def profile_views(profiles: list[CellProfile]) -> list[ProfileView]:
+    views = []
+    for p in profiles:
+        summary = p.profile.summary
+        views.append(
+            ProfileView(
+                p.device_class,
+                p.profile,
+                tracker.profile_line(summary) if summary else None,
+                tracker.profile_split(summary) if summary else [],
+                tracker.profile_op_rows(summary, p.blockers) if summary else [],
+            )
+        )
+    return views
 
 
 def details(cell: CellPublic, view: CellView, several_stacks: bool = False) -> Details:

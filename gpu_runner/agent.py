@@ -45,6 +45,7 @@ from coverfarm.device_result import TimingRules
 from coverfarm.periodic import Outage, Periodic
 from coverfarm.result import Options
 from coverfarm.settings import Settings, get_settings
+from gpu_runner import profiling
 from gpu_runner.client import FarmClient, Refused
 from gpu_runner.config import RunnerConfig, load
 from gpu_runner.timing_options import as_arguments
@@ -101,6 +102,8 @@ def run_bundle_process(bundle: Path, sha256: str, timing: Timing, timeout_s: flo
     args = ["runner", "run-bundle", str(bundle), "--sha256", sha256, *timing.arguments(), "--unsigned"]
     # Each replica is bounded by the device timeout; the lock is waited for once, before them.
     bound = timing.rules.replicas * timeout_s + timing.lock_wait_s + 60
+    if profiling.configured() is not None:  # the profile run and its reading, each bounded the same
+        bound += 2 * timeout_s
     return child_document("run-bundle", args, bound, work)
 
 

@@ -56,6 +56,7 @@ class ProgramSpec(BaseModel):
     runs_per_chunk: int
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
+    etrecord: BundlePath | None = None  # the lowering's ETRecord, which reads a profile of the program
 
 
 class PlanCall(BaseModel):
@@ -93,6 +94,8 @@ class Manifest(BaseModel):
             yield f"programs[{i}].pte", program.pte
             for j, raw in enumerate(program.raw_inputs):
                 yield f"programs[{i}].raw_inputs[{j}]", raw
+            if program.etrecord is not None:
+                yield f"programs[{i}].etrecord", program.etrecord
 
 
 def check_confined(bundle: Path, manifest: Manifest) -> None:

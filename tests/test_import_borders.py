@@ -39,7 +39,8 @@ FORBIDDEN_EXTERNAL: dict[str, frozenset[str]] = {
 }
 # The order of sibling subpackages and modules, bottom first: an arrow between two of them points down it.
 # The worker's are all of its children, in the order of the pipeline of one cell: the child processes
-# every stage runs in, trace, lower, bundle, the blocker groups' repros, and the engine that runs them.
+# every stage runs in, trace, lower, bundle, reading a bundle's device profiles, the blocker groups'
+# repros, and the engine that runs them.
 # The orchestrator's are its domains: the event log and the artifact store at the bottom, then CPU
 # workers, jobs (the state machine, and the cell state its CPU jobs give), devices (runners and device
 # runs, which are jobs), sweeps (cells and jobs, the cells' views with their device columns), and the
@@ -50,6 +51,7 @@ SIBLING_ORDERS: dict[str, tuple[str, ...]] = {
         "worker.trace",
         "worker.lower",
         "worker.bundle",
+        "worker.profile",
         "worker.repros",
         "worker.engine",
     ),

@@ -289,6 +289,7 @@ def lower(
             "--out",
             str(lowered),
             *(["--force-fp16"] if options.force_fp16 else []),
+            *(["--etrecord"] if options.etrecord else []),
         ],
         events_path=work / "lower.events.jsonl",
         bounds={"partition": options.timeout_s, "export": options.timeout_s},

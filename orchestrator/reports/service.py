@@ -20,6 +20,7 @@ from orchestrator.reports.blockers import NO_REPRO, READY, blocker_groups, block
 from orchestrator.reports.devices import RuntimeIssue, device_runtimes, device_samples, runtime_issues
 from orchestrator.reports.diff import diff_markdown, diff_sweeps
 from orchestrator.reports.documents import sweep_documents
+from orchestrator.reports.profiles import CellProfile, profile_section, sweep_profiles
 from orchestrator.reports.schemas import BlockerGroup, BlockersReport, ReasonWhatIf, SweepDiff
 from orchestrator.sweeps.cell_views import plain_views, sweep_stacks, sweep_views
 
@@ -305,6 +306,7 @@ def backend_body(
     runtimes: list[str] | None = None,
     issues: list[RuntimeIssue] | None = None,
     stack: str | None = None,
+    profiles: list[CellProfile] | None = None,
 ) -> list[str]:
     """One backend's tracker body; of one stack's cells when ``stack`` is given (its heading names it)."""
     cells = sorted(
@@ -320,6 +322,7 @@ def backend_body(
     lines += ["", *_notes(sweep, docs), "", *_built_on(docs, runtimes or [], flagged), ""]
     lines += _known_issues(blocker_groups(docs), reason_what_ifs(docs), backend)
     lines += _runtime_issues(issues or [])
+    lines += profile_section(profiles or [])
     return lines
 
 
@@ -333,11 +336,12 @@ def report_markdown(
     runtimes: dict[Part, list[str]] | None = None,
     issues: dict[Part, list[RuntimeIssue]] | None = None,
     stack: str | None = None,
+    profiles: dict[Part, list[CellProfile]] | None = None,
 ) -> str:
     """The whole tracker body of each backend of the sweep (or of ``backend`` alone). A sweep of several
     stacks gets one body per backend and stack (or of ``stack`` alone), each with its own Built on.
-    ``views``: the cells' views with their device columns (without: none); ``runtimes`` and ``issues``
-    per body, from the device side when it has results."""
+    ``views``: the cells' views with their device columns (without: none); ``runtimes``, ``issues`` and
+    ``profiles`` per body, from the device side when it has results."""
     seed = Options.model_validate(sweep.cells[0].options).seed if sweep.cells else Options().seed
     lines = [
         f"# Sweep {sweep.id}",
@@ -353,7 +357,15 @@ def report_markdown(
     views = plain_views(sweep) if views is None else views
     for name, part in report_parts(sweep, backend, stack):
         key = (name, part)
-        body = backend_body(sweep, name, views, (runtimes or {}).get(key), (issues or {}).get(key), part)
+        body = backend_body(
+            sweep,
+            name,
+            views,
+            (runtimes or {}).get(key),
+            (issues or {}).get(key),
+            part,
+            (profiles or {}).get(key),
+        )
         lines += ["", *body]
     lines.append("")
     return "\n".join(lines)
@@ -423,7 +435,8 @@ def report(session: Session, sweep: Sweep, backend: str | None = None, stack: st
     parts = report_parts(sweep, backend, stack)
     runtimes = {part: device_runtimes(session, sweep, *part) for part in parts}
     issues = {part: runtime_issues(session, sweep, *part) for part in parts}
-    return report_markdown(sweep, backend, sweep_views(session, sweep), runtimes, issues, stack)
+    profiles = {part: sweep_profiles(session, sweep, *part) for part in parts}
+    return report_markdown(sweep, backend, sweep_views(session, sweep), runtimes, issues, stack, profiles)
 
 
 def blockers(sweep: Sweep, backend: str | None = None, stack: str | None = None) -> BlockersReport:

@@ -29,6 +29,9 @@ class SweepOptions(BaseModel):
     # VulkanPartitioner({"force_fp16": True}) for the sweep's Vulkan cells (recorded in their options;
     # the other backends' cells have no such option). Needs the vulkan backend in the sweep.
     force_fp16: bool = False
+    # Each bundle carries its programs' ETRecords, which reading a device profile needs (recorded in
+    # each cell's options).
+    etrecord: bool = False
 
 
 class SweepCreate(BaseModel):

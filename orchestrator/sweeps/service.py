@@ -104,6 +104,7 @@ def create(session: Session, settings: Settings, body: SweepCreate) -> Sweep:
         backends=body.backends,
         weights=body.options.weights,
         force_fp16=body.options.force_fp16,
+        etrecord=body.options.etrecord,
     )
     session.add(sweep)
     session.flush()
@@ -112,6 +113,7 @@ def create(session: Session, settings: Settings, body: SweepCreate) -> Sweep:
         lowering=body.options.lowering,
         weights=body.options.weights,
         timeout_s=timeout_s,
+        etrecord=body.options.etrecord,
     )
     by_backend = {
         backend: options.model_copy(update={"force_fp16": body.options.force_fp16 and backend == "vulkan"})
@@ -237,6 +239,7 @@ def _summary_fields(sweep: Sweep, cells: list[CellPublic]) -> dict[str, Any]:
                 "weights": cells[0].options.weights if cells else Options().weights,
                 # nor has force_fp16, which only the Vulkan cells record
                 "force_fp16": any(cell.options.force_fp16 for cell in cells),
+                "etrecord": any(cell.options.etrecord for cell in cells),
             }
         ),
         "timeout_s": sweep.timeout_s,
@@ -300,6 +303,7 @@ def _light_summary(sweep: Sweep, tally: repository.SweepTally) -> SweepSummary:
                 "lowering": sweep.lowering,
                 "weights": sweep.weights,
                 "force_fp16": sweep.force_fp16,
+                "etrecord": sweep.etrecord,
             }
         ),
         timeout_s=sweep.timeout_s,

@@ -17,7 +17,7 @@ from coverfarm.device_result import (
     LatencyStats,
     ProbeReport,
 )
-from coverfarm.result import Bundle, Options, ResultDocument, StageResult, StageStatus
+from coverfarm.result import Blocker, Bundle, Options, ResultDocument, StageResult, StageStatus
 from coverfarm.settings import Settings
 from dashboard.endpoints import grid_of
 from orchestrator.artifacts import repository as artifacts
@@ -98,9 +98,11 @@ def make_healthy(client: httpx.Client, credential: dict[str, str]) -> None:
 
 
 def lower_with_bundle(
-    sessions: sessionmaker[Session], settings: Settings, job_id: int, policy: str, tmp: Path
-) -> Bundle:
-    """What the CPU worker does for a lower job that made a bundle: store it, then finish the job."""
+    sessions: sessionmaker[Session], settings: Settings, job_id: int, policy: str, tmp: Path,
+    blockers: list[Blocker] | None = None,
+) -> Bundle:  # fmt: skip
+    """What the CPU worker does for a lower job that made a bundle: store it, then finish the job (its
+    result with ``blockers``, when given)."""
     bundle = make_bundle(policy, tmp)
     stored = ArtifactStore(settings.artifacts_dir).put(Path(bundle.path), bundle.sha256)
     with sessions() as session:
@@ -109,7 +111,7 @@ def lower_with_bundle(
         ok = StageResult(status=StageStatus.OK)
         doc = ResultDocument(
             policy=policy, backend=started.backend, options=Options(), trace=ok, partition=ok, export=ok,
-            bundle=bundle,
+            bundle=bundle, blockers=blockers or [],
         )  # fmt: skip
         artifacts.record(session, stored)
         jobs.finish(session, job_id, started.attempt, doc, settings)

@@ -71,8 +71,9 @@ def test_submit_takes_every_option_the_api_takes(server: str, capsys: pytest.Cap
     assert set(SweepCreate.model_fields) - {"options"} | set(SweepOptions.model_fields) <= flags
     code = main(
         ["sweep", "submit", "--url", server, "--token", TOKEN, "--policies", "act", "--backends", "vulkan",
-         "--no-constant-prop", "--lowering", "stock", "--weights", "fake", "--force-fp16", "--timeout", "25",
-         "--fresh", "--reuse-unfinished", "--reuse-device", "--device-classes", "h200-vulkan"]
+         "--no-constant-prop", "--lowering", "stock", "--weights", "fake", "--force-fp16", "--etrecord",
+         "--timeout", "25", "--fresh", "--reuse-unfinished", "--reuse-device",
+         "--device-classes", "h200-vulkan"]
     )  # fmt: skip
     assert code == 0
     sweep_id = int(capsys.readouterr().out.strip())
@@ -82,12 +83,14 @@ def test_submit_takes_every_option_the_api_takes(server: str, capsys: pytest.Cap
         "lowering": "stock",
         "weights": "fake",
         "force_fp16": True,
+        "etrecord": True,
     }
     assert (summary["timeout_s"], summary["fresh"], summary["reuse_unfinished"]) == (25, True, True)
     assert summary["reuse_device"] is True
     assert summary["device_classes"] == ["h200-vulkan"]
     cell = httpx.get(f"{server}/api/sweeps/{sweep_id}/cells").json()["cells"][0]
-    assert httpx.get(f"{server}{cell['url']}").json()["options"]["weights"] == "fake"
+    cell_options = httpx.get(f"{server}{cell['url']}").json()["options"]
+    assert (cell_options["weights"], cell_options["etrecord"]) == ("fake", True)
     httpx.post(f"{server}/api/sweeps/{sweep_id}/cancel", headers={"Authorization": f"Bearer {TOKEN}"})
     with pytest.raises(SystemExit):  # argparse's own one-line error, exit 2
         main(

@@ -17,6 +17,10 @@ need are injected through the environment:
 - ``STANDIN_HANG_AFTER=N``: stop answering at execution N+1;
 - ``STANDIN_ALTER_EXECUTION=K``: add 1 to output 0 of execution K only (1-based, over the process).
 
+``write_standin(folder, event_tracer=True)`` stands in for a build with the event tracer on
+(``EXECUTORCH_ENABLE_EVENT_TRACER=ON``): it has ``--etdump_path``, and with it loads the program through
+the wheel's pybindings with ``enable_etdump`` and writes their real ETDump there at the end.
+
 It is run through a wrapper script that ``write_standin`` creates; that wrapper also carries the
 registration names of the backends the wheel has, as a real binary's data section does, so the
 runner's backend scan finds them.
@@ -76,8 +80,16 @@ def parse(argv: list[str]) -> dict[str, str]:
     return flags
 
 
+_ETDUMP_FLAG = ("Path to the ETDump (event tracer builds only).", "string", '""')
+
+
 def main() -> None:
+    if os.environ.get("STANDIN_EVENT_TRACER") == "1":
+        _FLAGS["etdump_path"] = _ETDUMP_FLAG
     flags = parse(sys.argv[1:])
+    if flags.get("etdump_path"):
+        traced(flags)
+        return
     refuse = os.environ.get("STANDIN_REFUSE")
     import numpy as np
 
@@ -154,11 +166,37 @@ def main() -> None:
         write(outputs)
 
 
-def write_standin(folder: Path) -> Path:
-    """An executable ``executor_runner`` in ``folder`` that runs this stand-in with this Python."""
+def traced(flags: dict[str, str]) -> None:
+    """``--etdump_path``: the executions through the wheel's pybindings with their ETDump on."""
+    import numpy as np
+    import torch
+    from executorch.extension.pybindings.portable_lib import _load_for_executorch
+
+    module = _load_for_executorch(flags["model_path"], enable_etdump=True)
+    meta = module.method_meta("forward")
+    paths = [Path(p) for p in flags["inputs"].split(",")] if flags["inputs"] else []
+    arrays = []
+    for i, path in enumerate(paths):
+        tensor = meta.input_tensor_meta(i)
+        dtype = np.dtype(_SCALAR[tensor.dtype()]).newbyteorder("<")
+        array = np.frombuffer(path.read_bytes(), dtype=dtype).reshape(tensor.sizes()).copy()
+        arrays.append(torch.from_numpy(array))
+    count = int(flags["num_executions"])
+    for i in range(count):
+        begin = time.perf_counter()
+        module.run_method("forward", tuple(arrays))
+        log("I", 760, f"Iteration {i + 1} of {count}: {(time.perf_counter() - begin) * 1e3:f} ms")
+    module.write_etdump_result_to_file(flags["etdump_path"])
+    log("I", 805, f"ETDump written to file '{flags['etdump_path']}'.")
+
+
+def write_standin(folder: Path, event_tracer: bool = False) -> Path:
+    """An executable ``executor_runner`` in ``folder`` that runs this stand-in with this Python; with
+    ``event_tracer`` one built with the event tracer on (``--etdump_path``)."""
     folder.mkdir(parents=True, exist_ok=True)
     wrapper = folder / "executor_runner"
-    script = f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).resolve()}" "$@"\n'
+    traced = "export STANDIN_EVENT_TRACER=1\n" if event_tracer else ""
+    script = f'#!/bin/sh\n{traced}exec "{sys.executable}" "{Path(__file__).resolve()}" "$@"\n'
     names = b"".join(b"\0" + name.encode() + b"\0" for name in _REGISTERED)
     wrapper.write_bytes(script.encode() + names)  # sh never reads past exec
     wrapper.chmod(0o755)

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import torch
 
-from coverfarm.result import ResultDocument, StageResult, StageStatus
+from coverfarm.result import Options, ResultDocument, StageResult, StageStatus
 from worker.bundle.write import write_bundle
 from worker.child.events import EventLog
+from worker.lower.stage import write_program
 from worker.trace.policies.base import Call, ChunkPlan, TracedPolicy, TracedProgram
 from worker.trace.stage import write_trace
 
@@ -31,6 +32,13 @@ class Obs(torch.nn.Module):
         return torch.relu(self.proj(state))
 
 
+class ObsWithCpuOp(Obs):
+    """``Obs`` with a running sum XNNPACK does not take (``aten.cumsum``), so it stays on the CPU."""
+
+    def forward(self, state: torch.Tensor) -> torch.Tensor:
+        return torch.cumsum(super().forward(state), dim=1)
+
+
 class Step(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -40,10 +48,11 @@ class Step(torch.nn.Module):
         return x - 0.5 * torch.tanh(self.mix(features) + x) * t
 
 
-def traced_policy(two_programs: bool = True) -> TracedPolicy:
-    """``obs`` then ``step`` twice; or ``obs`` alone (lowering for Vulkan takes ~15 s per program)."""
+def traced_policy(two_programs: bool = True, cpu_op: bool = False) -> TracedPolicy:
+    """``obs`` then ``step`` twice; or ``obs`` alone (lowering for Vulkan takes ~15 s per program);
+    ``cpu_op``: ``obs`` ends with an op the backend leaves on the CPU."""
     torch.manual_seed(0)
-    obs, step = Obs().eval(), Step().eval()
+    obs, step = (ObsWithCpuOp() if cpu_op else Obs()).eval(), Step().eval()
     state, noise, t = torch.randn(1, 4), torch.randn(1, 8), torch.tensor([0.7])
     plan = ChunkPlan(
         frame_inputs=("observation.state", "noise"),
@@ -95,12 +104,13 @@ def partitioner(backend: str) -> object:
     return XnnpackPartitioner()
 
 
-def build(out: Path, backends: list[str]) -> dict[str, str]:
+def build(out: Path, backends: list[str], profiled: bool = False) -> dict[str, str]:
+    """``profiled``: ``obs`` leaves an op on the CPU and the bundle carries ETRecords, for profiles."""
     from executorch.exir import to_edge_transform_and_lower
 
     bundles = {}
     for backend in backends:
-        traced = traced_policy(two_programs=backend != "vulkan")
+        traced = traced_policy(two_programs=backend != "vulkan", cpu_op=profiled)
         work = Path(tempfile.mkdtemp(prefix=f"tiny-{backend}.", dir=out))
         trace_dir, lowered = work / "trace", work / "lowered"
         trace_dir.mkdir()
@@ -109,9 +119,14 @@ def build(out: Path, backends: list[str]) -> dict[str, str]:
         trace = write_trace(traced, trace_dir, log, 16)
         log.close()
         for program in traced.programs:
-            edge = to_edge_transform_and_lower(program.exported, partitioner=[partitioner(backend)])
-            (lowered / f"{program.name}.pte").write_bytes(edge.to_executorch().buffer)
-        doc = ResultDocument(policy="tiny", backend=backend, trace=StageResult(status=StageStatus.OK))
+            edge = to_edge_transform_and_lower(
+                program.exported, partitioner=[partitioner(backend)], generate_etrecord=profiled
+            )
+            write_program(edge, lowered, program.name, etrecord=profiled)
+        options = Options(etrecord=profiled)
+        doc = ResultDocument(
+            policy="tiny", backend=backend, options=options, trace=StageResult(status=StageStatus.OK)
+        )
         bundles[backend] = write_bundle(doc, trace, trace_dir, lowered, out / "bundles").path
     return bundles
 

@@ -3,6 +3,8 @@ engine's code) and what does not."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -16,6 +18,15 @@ from worker.engine import ENGINE_SOURCES, engine_code_digest, stack_fields
 
 def key(backend: str = "xnnpack", **options: object) -> str:
     return reuse_key(stack_fields, "act", backend, Options.model_validate(options))
+
+
+def test_an_option_added_later_leaves_the_keys_of_stored_results_at_its_default() -> None:
+    """``etrecord`` came after results were stored: off, it is not in the key, so they are still found
+    (the key as computed before it)."""
+    plain = {"policy": "act", "backend": "xnnpack", "options": Options().model_dump(mode="json")}
+    del plain["options"]["etrecord"]
+    expected = hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()
+    assert reuse_key(lambda _p, _o: {}, "act", "xnnpack", Options()) == expected
 
 
 def test_the_key_names_the_cell_its_options_and_how_auto_weights_resolve(
@@ -32,6 +43,7 @@ def test_the_key_names_the_cell_its_options_and_how_auto_weights_resolve(
         key(seed=1),
         key(timeout_s=1200.0),
         key(weights="real"),
+        key(etrecord=True),
     ]
     assert len({base, *changed}) == len(changed) + 1
     # auto resolves against this worker's memory; real and fake do not depend on it.

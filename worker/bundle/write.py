@@ -5,7 +5,10 @@ their inputs and outputs by name, dtypes and shapes, runs per chunk, the chunk p
 what, test case, tolerance, backend, versions); ``testcase.npz`` (each program's inputs and eager outputs
 on frame 0); ``frames.npz``/``references.npz`` (16 frames and their eager action chunks);
 ``constants.npz``; and ``inputs/<program>/<i>.bin``, the test case's inputs as raw little-endian bytes,
-which is what ExecuTorch's ``executor_runner --inputs`` reads. A device runner needs numpy only.
+which is what ExecuTorch's ``executor_runner --inputs`` reads; ``programs/<name>.etrecord``, the
+lowering's ETRecord, which the Inspector needs to read a profile of the program (named by the program's
+``etrecord`` in the manifest; a lowering that wrote none leaves it null). A device runner needs numpy
+only.
 
 The bundle's address is the sha256 of its sorted (relative path, file sha256) list, computed by
 ``bundle_digest``; the runner recomputes it to verify what it fetched.
@@ -46,6 +49,9 @@ def write_bundle(
     for program in trace["programs"]:
         name = program["name"]
         shutil.copyfile(lowered / f"{name}.pte", staging / "programs" / f"{name}.pte")
+        etrecord = lowered / f"{name}.etrecord"
+        if etrecord.is_file():
+            shutil.copyfile(etrecord, staging / "programs" / etrecord.name)
         inputs = [testcase[f"{name}/in/{i}"] for i in range(len(program["input_names"]))]
         outputs = [testcase[f"{name}/out/{i}"] for i in range(len(program["output_names"]))]
         raw = staging / "inputs" / name
@@ -58,6 +64,7 @@ def write_bundle(
             {
                 "name": name,
                 "pte": f"programs/{name}.pte",
+                "etrecord": f"programs/{name}.etrecord" if etrecord.is_file() else None,
                 "runs_per_chunk": program["runs_per_chunk"],
                 "inputs": [
                     {"name": n, **_spec(a)} for n, a in zip(program["input_names"], inputs, strict=True)

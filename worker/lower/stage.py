@@ -7,6 +7,12 @@ transform pass when the cell's options ask for it (the default). The phase clock
 start of each program's ``to_edge`` until its partitioner returns, then "export" until its ``.pte`` is
 written. Everything it measures goes to the event log as soon as it is known.
 
+With ``--etrecord`` (the cell's ``etrecord`` option) it writes ``<name>.etrecord`` beside each
+``<name>.pte``: ExecuTorch's ETRecord of that lowering (the exported, edge and ExecuTorch programs and
+their debug handles, from ``to_edge_transform_and_lower``'s own ``generate_etrecord``), which
+``executorch.devtools.Inspector`` joins with a device's ETDump to name the ops of a profile's events
+(``worker/profile/``).
+
 A program traced with fake weights (its saved weights are meta tensors, ``worker.trace.fake_weights``) is
 partitioned the same way and stops there: lowering into a delegate serializes constant values, which
 do not exist. It logs ``not_exported`` instead of ``exported``.
@@ -23,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from executorch.exir import to_edge_transform_and_lower
+from executorch.exir import EdgeProgramManager, to_edge_transform_and_lower
 from executorch.exir.backend.partitioner import PartitionResult
 from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
 from executorch.exir.pass_manager import ExportedProgramPassManager
@@ -90,6 +96,7 @@ def lower_program(
     lowering: str,
     out_dir: Path,
     force_fp16: bool = False,
+    etrecord: bool = False,
 ) -> None:
     log.emit("phase", phase="partition", program=name)
     ep = torch.export.load(pt2)
@@ -102,15 +109,32 @@ def lower_program(
     wrapper = (PartitionOnly if fake else ObservingPartitioner)(partitioner, observer)
     try:
         with lowering_context(backend, lowering, observer):
-            edge = to_edge_transform_and_lower(ep, transform_passes=passes, partitioner=[wrapper])
+            edge = to_edge_transform_and_lower(
+                ep, transform_passes=passes, partitioner=[wrapper], generate_etrecord=etrecord
+            )
     except PartitionedWithFakeWeights:
         log.emit("not_exported", program=name, reason="fake weights")
         return
     log.emit("lowered", program=name, delegates=delegate_calls(edge.exported_program().graph))
+    pte, record = write_program(edge, out_dir, name, etrecord)
+    log.emit(
+        "exported", program=name, pte=str(pte), bytes=pte.stat().st_size, etrecord=record and str(record)
+    )
+
+
+def write_program(
+    edge: EdgeProgramManager, out_dir: Path, name: str, etrecord: bool = False
+) -> tuple[Path, Path | None]:
+    """``edge`` serialized as ``<name>.pte``; with ``etrecord`` (``edge`` lowered with
+    ``generate_etrecord=True``) its ETRecord beside it as ``<name>.etrecord``."""
     program = edge.to_executorch()
     pte = out_dir / f"{name}.pte"
     pte.write_bytes(program.buffer)
-    log.emit("exported", program=name, pte=str(pte), bytes=pte.stat().st_size)
+    if not etrecord:
+        return pte, None
+    record = out_dir / f"{name}.etrecord"
+    program.get_etrecord().save(str(record))
+    return pte, record
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -120,6 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--constant-prop", choices=["on", "off"], default="on")
     parser.add_argument("--lowering", choices=["stock", "fast"], default="stock")
     parser.add_argument("--force-fp16", action="store_true", help="VulkanPartitioner's force_fp16")
+    parser.add_argument("--etrecord", action="store_true", help="write each program's ETRecord beside it")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--events", type=Path, required=True)
     args = parser.parse_args(argv)
@@ -136,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with pattern_graph_cache(backend, args.lowering):
         failed = lower_all(
             log, manifest, args.trace_dir, backend, args.constant_prop == "on", args.lowering, args.out,
-            force_fp16=args.force_fp16,
+            force_fp16=args.force_fp16, etrecord=args.etrecord,
         )  # fmt: skip
     log.emit("done", failed=failed)
     log.close()
@@ -152,6 +177,7 @@ def lower_all(
     lowering: str,
     out: Path,
     force_fp16: bool = False,
+    etrecord: bool = False,
 ) -> bool:
     """Lower every program; an error is recorded and the next program still runs. True if any failed."""
     failed = False
@@ -159,8 +185,9 @@ def lower_all(
         name = program["name"]
         try:
             lower_program(
-                log, name, trace_dir / program["pt2"], backend, constant_prop, lowering, out, force_fp16
-            )
+                log, name, trace_dir / program["pt2"], backend, constant_prop, lowering, out, force_fp16,
+                etrecord,
+            )  # fmt: skip
         except Exception as error:  # ExecuTorch's own failures are findings: record them with their cause
             failed = True
             log.emit("error", program=name, **error_fields(error))
