@@ -492,6 +492,17 @@ def give_back(session: Session, job: Job, reason: str, settings: Settings) -> bo
     return True
 
 
+def lose_process(session: Session, job_id: int, worker: str, pid: int, settings: Settings) -> bool:
+    """``worker`` saw its process ``pid`` die while it ran job ``job_id`` (killed, out of memory): end that
+    attempt as lost and send the job again at once (True), rather than show it running until its
+    heartbeat is missed. False when the job is not running on that process (ended, or another attempt's
+    now), or has had all its attempts and failed instead."""
+    job = lock_job(session, job_id)
+    if job is None or job.status is not JobStatus.RUNNING or (job.worker, job.worker_pid) != (worker, pid):
+        return False
+    return give_back(session, job, f"{worker} lost process {pid} (attempt {job.attempt})", settings)
+
+
 def cancel(session: Session, job_id: int, reason: str) -> None:
     job = lock_job(session, job_id)
     if job is None or job.status in TERMINAL:
