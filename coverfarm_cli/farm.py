@@ -141,21 +141,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
+    from coverfarm_cli.serving import farm_server
     from dashboard.app import create_app
 
     settings = _prepare(get_settings())
     settings.ensure_admin_token()
     if settings.admin_token is None:
         print(f"coverfarm: admin token in {settings.token_path()}", file=sys.stderr)
-    uvicorn.run(
-        create_app(settings),
-        host=args.host or settings.host,
-        port=args.port or settings.port,
-        # Event streams never end by themselves; past this, shutdown closes them.
-        timeout_graceful_shutdown=3,
-    )
+    host, port = args.host or settings.host, args.port or settings.port
+    # Event streams never end by themselves; past timeout_graceful_shutdown, shutdown closes them.
+    farm_server(create_app(settings), settings, host, port, timeout_graceful_shutdown=3).run()
     return 0
 
 
@@ -168,17 +163,14 @@ def run_up(args: argparse.Namespace) -> int:
 
 
 def _up(args: argparse.Namespace) -> int:
-    import uvicorn
-
+    from coverfarm_cli.serving import farm_server
     from dashboard.app import create_app
 
     settings = _prepare(get_settings())
     token = settings.ensure_admin_token()
     host, port = args.host or settings.host, args.port or settings.port
-    config = uvicorn.Config(
-        create_app(settings), host=host, port=port, log_level="warning", timeout_graceful_shutdown=3
-    )
-    server = uvicorn.Server(config)
+    app = create_app(settings)
+    server = farm_server(app, settings, host, port, log_level="warning", timeout_graceful_shutdown=3)
     # A daemon: should the server not stop within its bound, this process still exits.
     serving = threading.Thread(target=server.run, name="coverfarm-serve", daemon=True)
     serving.start()
