@@ -33,14 +33,19 @@ def connect(url: str, count: int) -> list[socket.socket]:
     return [socket.create_connection((host, int(port)), timeout=5) for _ in range(count)]
 
 
-def trickle_until_closed(
-    sockets: list[socket.socket], seconds: float, every_s: float = 0.5
-) -> dict[int, float]:
-    """Send each socket a request line, then a header line every ``every_s``, for up to ``seconds``;
-    {index: seconds until the server closed it} for those it closed, each having answered 408."""
+def begin_requests(sockets: list[socket.socket]) -> None:
+    """Send each socket a request line and one header: a request head begun, not ended."""
     for sock in sockets:
         sock.sendall(b"GET /api/sweeps HTTP/1.1\r\nHost: farm\r\n")
         sock.setblocking(False)
+
+
+def trickle_until_closed(
+    sockets: list[socket.socket], seconds: float, every_s: float = 0.5
+) -> dict[int, float]:
+    """Send each socket (its request head begun) a header line every ``every_s``, for up to
+    ``seconds``; {index: seconds until the server closed it} for those it closed, each having answered
+    408."""
     start = time.monotonic()
     closed: dict[int, float] = {}
     answers: dict[int, bytes] = {index: b"" for index in range(len(sockets))}
@@ -81,8 +86,9 @@ def test_a_slow_request_head_is_cut_off_and_others_are_served_meanwhile(served: 
     slow = connect(served, 40)
     idle = connect(served, 10)  # never send a byte
     try:
+        begin_requests(slow)
         with httpx.Client(base_url=served, timeout=5) as api:
-            assert api.get("/api/sweeps").status_code == 200
+            assert api.get("/api/sweeps").status_code == 200  # served while the slow ones wait
         closed = trickle_until_closed(slow, seconds=HEADER_TIMEOUT_S + 8)
         assert len(closed) == len(slow), f"{len(slow) - len(closed)} slow clients still connected"
         assert max(closed.values()) < HEADER_TIMEOUT_S + 4
