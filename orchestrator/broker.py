@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
+import redis
 from celery import Celery
-from kombu import Connection
 
 from orchestrator.models import utcnow
 
 log = logging.getLogger(__name__)
+
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+ASK_TIMEOUT_S = 5.0
 
 
 class BrokerWatch:
@@ -31,10 +34,9 @@ class BrokerWatch:
 
     def __init__(self, celery: Celery) -> None:
         self._celery = celery
-        self._connection: Connection | None = None
+        self._client: redis.Redis | None = None
         self._run_id: str | None = None
         self._switched_at: datetime | None = None
-        self._serverless = False  # the transport has no server to ask (the filesystem broker)
 
     def holds_since(self) -> datetime | None:
         """The broker's start, or the moment this watch first saw another server answer (a failover,
@@ -57,26 +59,17 @@ class BrokerWatch:
         return max(started, self._switched_at) if self._switched_at is not None else started
 
     def _server_info(self) -> dict[str, Any] | None:
-        if self._serverless:
-            return None
-        if self._connection is None:
-            self._connection = self._celery.connection_for_read()
-        try:
-            client = getattr(self._connection.default_channel, "client", None)
-            if client is None or not hasattr(client, "info"):
-                self._serverless = True
-                self.close()
-                return None
-            info: dict[str, Any] = client.info("server")
-            return info
-        except Exception:
-            self.close()
-            raise
+        if self._client is None:
+            url = str(self._celery.conf.broker_url or "")
+            if not url.startswith(REDIS_SCHEMES):
+                return None  # a transport without a server of its own (the filesystem broker)
+            # Bounded: a broker behind a link that is down must not hold the reconciler's pass.
+            self._client = redis.Redis.from_url(
+                url, socket_timeout=ASK_TIMEOUT_S, socket_connect_timeout=ASK_TIMEOUT_S
+            )
+        return cast(dict[str, Any], self._client.info("server"))
 
     def close(self) -> None:
-        if self._connection is not None:
-            try:
-                self._connection.release()
-            except Exception as error:
-                log.debug("closing the broker connection: %s", error)
-            self._connection = None
+        if self._client is not None:
+            self._client.close()
+            self._client = None
