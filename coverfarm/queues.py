@@ -21,6 +21,7 @@ DEVICE_TASK = "coverfarm.device_run"
 DEVICE_QUEUE_PREFIX = "device."
 BASELINE_QUEUE_PREFIX = "baseline."
 MESSAGE_VERSION = 1
+LOST_PROCESS_WAIT_S = 2.0
 
 
 def baseline_queue(device_class: str) -> str:
@@ -101,6 +102,11 @@ def make_celery(settings: Settings) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
+        # How long the worker waits for a result from a pool process that died before it fails the task
+        # with WorkerLostError, puts the message back and has the job queued again
+        # (orchestrator.jobs.tasks.LowerRequest). Results go to the database, not through the pool, so
+        # nothing is waited for but the loss itself (Celery's default is 10 s).
+        worker_lost_wait=LOST_PROCESS_WAIT_S,
         task_default_queue=QUEUE_LOWER,
         broker_transport_options=transport_options,
         broker_connection_retry_on_startup=True,

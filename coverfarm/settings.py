@@ -79,6 +79,12 @@ class Settings(BaseSettings):
     # results, about 50 KB each, read whole and stored in one transaction (all or none).
     max_import_bytes: int = Field(128 * 1024 * 1024, ge=1024)
 
+    # The server's bounds on a connection (coverfarm_cli.serving): a request's head must arrive whole
+    # within header_timeout_s (else 408 and closed); a connection idle between requests is closed after
+    # idle_timeout_s.
+    header_timeout_s: float = Field(10.0, gt=0)
+    idle_timeout_s: float = Field(5.0, gt=0)
+
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from coverfarm import tracker
 from coverfarm.errors import UserError
-from coverfarm.processes import exit_on_signals, start_child, stop_group
+from coverfarm.processes import STOP_GRACE_S, exit_on_signals, start_child, stop_groups
 from coverfarm.settings import Settings, get_settings
 from coverfarm_cli import offline
 from coverfarm_cli.farm_api import DEFAULT_URL, _request, _token
@@ -146,41 +146,38 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
+    from coverfarm_cli.serving import farm_server
     from dashboard.app import create_app
 
     settings = _prepare(get_settings())
     settings.ensure_admin_token()
     if settings.admin_token is None:
         print(f"coverfarm: admin token in {settings.token_path()}", file=sys.stderr)
-    uvicorn.run(
-        create_app(settings),
-        host=args.host or settings.host,
-        port=args.port or settings.port,
-        # Event streams never end by themselves; past this, shutdown closes them.
-        timeout_graceful_shutdown=3,
-    )
+    host, port = args.host or settings.host, args.port or settings.port
+    # Event streams never end by themselves; past timeout_graceful_shutdown, shutdown closes them.
+    farm_server(create_app(settings), settings, host, port, timeout_graceful_shutdown=3).run()
     return 0
 
 
 def run_up(args: argparse.Namespace) -> int:
     """Serve, start a worker and a local runner, submit the sweep; whatever ends it (the sweep done with
-    --once, Ctrl-C, SIGTERM, SIGHUP) stops the worker and the runner with it."""
+    --once, Ctrl-C, SIGTERM, SIGHUP) stops the worker and the runner with it, SIGKILLed should they not
+    stop within ``STOP_GRACE_S``."""
     with exit_on_signals():
         return _up(args)
 
 
 def _up(args: argparse.Namespace) -> int:
-    import uvicorn
-
+    from coverfarm_cli.serving import farm_server
     from dashboard.app import create_app
 
     settings = _prepare(get_settings())
     token = settings.ensure_admin_token()
     host, port = args.host or settings.host, args.port or settings.port
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning"))
-    serving = threading.Thread(target=server.run, name="coverfarm-serve")
+    app = create_app(settings)
+    server = farm_server(app, settings, host, port, log_level="warning", timeout_graceful_shutdown=3)
+    # A daemon: should the server not stop within its bound, this process still exits.
+    serving = threading.Thread(target=server.run, name="coverfarm-serve", daemon=True)
     serving.start()
     # Its own process group, stopped as a whole below (and by the kernel should this process be killed).
     worker = start_child(
@@ -207,11 +204,10 @@ def _up(args: argparse.Namespace) -> int:
             serving.join()
         return code
     finally:
-        if runner is not None:
-            stop_group(runner)
-        stop_group(worker)
+        # Together, within one bound: a worker finishing its job (Celery's warm shutdown) is SIGKILLed.
+        stop_groups([process for process in (runner, worker) if process is not None])
         server.should_exit = True
-        serving.join()
+        serving.join(timeout=STOP_GRACE_S)
 
 
 def run_worker(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -224,11 +225,20 @@ def coverfarm_command(*args: str) -> list[str]:
 
 
 def start_server(
-    env: dict[str, str], log: Path, port: int | None = None, path: Sequence[Path] = ()
+    env: dict[str, str],
+    log: Path,
+    port: int | None = None,
+    path: Sequence[Path] = (),
+    open_files: int | None = None,
 ) -> tuple[subprocess.Popen[bytes], str]:
     """``coverfarm serve`` on ``port`` (a free one by default) as a child process (its own group), once
-    it answers; (process, base URL)."""
+    it answers; (process, base URL). ``open_files``: the process's limit on open files (soft and hard)."""
     port = port or free_port()
+
+    def limit() -> None:
+        if open_files is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
+
     with log.open("wb") as out:
         process = subprocess.Popen(
             coverfarm_command("serve", "--port", str(port)),
@@ -237,6 +247,7 @@ def start_server(
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=limit,
         )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30

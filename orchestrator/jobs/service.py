@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
 
@@ -38,6 +38,8 @@ LOWER_STAGES = (STAGE_LOWER, STAGE_LOWER_LONG)
 STAGE_PREFIX = {JobKind.DEVICE_RUN: "run:", JobKind.BASELINE: "baseline:"}
 # A job attempt's outcome when it measured fake weights and its job went to a worker with more memory.
 REQUEUED = "requeued"
+# How long after a message's send its job may be stamped sent (``orchestrator.db.mark_sent``).
+SEND_STAMP_MARGIN = timedelta(seconds=2)
 DOC_STATUS = {
     StageStatus.OK: JobStatus.OK,
     StageStatus.SLOW: JobStatus.SLOW,
@@ -490,6 +492,17 @@ def give_back(session: Session, job: Job, reason: str, settings: Settings) -> bo
     return True
 
 
+def lose_process(session: Session, job_id: int, worker: str, pid: int, settings: Settings) -> bool:
+    """``worker`` saw its process ``pid`` die while it ran job ``job_id`` (killed, out of memory): end that
+    attempt as lost and send the job again at once (True), rather than show it running until its
+    heartbeat is missed. False when the job is not running on that process (ended, or another attempt's
+    now), or has had all its attempts and failed instead."""
+    job = lock_job(session, job_id)
+    if job is None or job.status is not JobStatus.RUNNING or (job.worker, job.worker_pid) != (worker, pid):
+        return False
+    return give_back(session, job, f"{worker} lost process {pid} (attempt {job.attempt})", settings)
+
+
 def cancel(session: Session, job_id: int, reason: str) -> None:
     job = lock_job(session, job_id)
     if job is None or job.status in TERMINAL:
@@ -499,7 +512,12 @@ def cancel(session: Session, job_id: int, reason: str) -> None:
     transition(session, job, JobStatus.CANCELLED, reason)
 
 
-def reconcile(session: Session, settings: Settings, unsent_before: set[int] | None = None) -> list[int]:
+def reconcile(
+    session: Session,
+    settings: Settings,
+    unsent_before: set[int] | None = None,
+    broker_since: datetime | None = None,
+) -> list[int]:
     """Re-queue jobs whose worker went silent and re-send queued jobs whose message seems lost.
 
     The jobs table, not the broker, decides what still has to run: a SIGKILLed worker leaves its
@@ -510,6 +528,10 @@ def reconcile(session: Session, settings: Settings, unsent_before: set[int] | No
     when the previous pass saw it so too: ``unsent_before`` holds those ids and is updated in place. The
     one pass of grace leaves alone a job whose sender has committed and is sending right now (another
     reconciler's, say). None: send every such job at once.
+
+    ``broker_since`` is the moment since which the broker holds what it was sent (its start, or a
+    failover: ``orchestrator.broker``): a queued job sent before it has no message any more and is sent
+    again now, not ``resend_after_s`` after its send.
     """
     now = utcnow()
     resent: list[int] = []
@@ -519,8 +541,14 @@ def reconcile(session: Session, settings: Settings, unsent_before: set[int] | No
         ):
             _send(session, job)
             resent.append(job.id)
+    cutoff = now - timedelta(seconds=settings.resend_after_s)
+    if broker_since is not None:
+        # A job is stamped once the broker took its message, a moment after the send: one sent just
+        # before the broker went may carry a stamp just after it came back.
+        cutoff = max(cutoff, min(broker_since + SEND_STAMP_MARGIN, now))
     unsent = set()
-    for job in repository.unsent_queued(session, now - timedelta(seconds=settings.resend_after_s)):
+    emptied: list[int] = []
+    for job in repository.unsent_queued(session, cutoff):
         if job.id in resent:  # re-queued just above, its message already in the outbox
             continue
         if job.sent_at is None:
@@ -528,11 +556,24 @@ def reconcile(session: Session, settings: Settings, unsent_before: set[int] | No
                 unsent.add(job.id)
                 continue
             log.warning("job %s has no message on the broker (its send failed); sending it", job.id)
+        elif broker_since is not None and job.sent_at < broker_since + SEND_STAMP_MARGIN:
+            emptied.append(job.id)
         else:
             log.warning("job %s sent at %s and not started; sending it again", job.id, job.sent_at)
         _send(session, job)
         resent.append(job.id)
+    if emptied:
+        log.warning(
+            "the broker holds messages since %s only: sending again %d queued job(s) sent before (%s)",
+            broker_since, len(emptied), _some(emptied),
+        )  # fmt: skip
     if unsent_before is not None:
         unsent_before.clear()
         unsent_before.update(unsent)
     return resent
+
+
+def _some(ids: list[int], shown: int = 10) -> str:
+    """``ids`` for a log line: the first ``shown`` of them, and how many more."""
+    more = f" and {len(ids) - shown} more" if len(ids) > shown else ""
+    return ", ".join(map(str, ids[:shown])) + more

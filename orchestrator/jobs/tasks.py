@@ -30,9 +30,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
 
+from billiard.einfo import ExceptionInfo, ExceptionWithTraceback
+from billiard.exceptions import WorkerLostError
 from celery import Celery, Task
 from celery.exceptions import Reject
 from celery.signals import worker_process_init, worker_ready, worker_shutdown
+from celery.worker.request import Request
 from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
@@ -375,7 +378,45 @@ def _stopped(sender: Any, **_kwargs: Any) -> None:
         workers.stopped(session, sender.hostname)
 
 
-@app.task(name=LOWER_TASK, bind=True)
+def lost_process(job_id: int, worker: str, pid: int) -> None:
+    """In the worker's main process: pool process ``pid`` died running job ``job_id``. Its attempt is
+    ended as lost and the job sent again now (``jobs.lose_process``); should the database not answer,
+    the job's missed heartbeat tells the reconciler later. Celery puts the message back too
+    (``task_reject_on_worker_lost``): whichever comes first starts the next attempt, the other is a
+    duplicate ``jobs.start`` drops."""
+    rt = runtime()
+    try:
+        with rt.transaction() as session:
+            requeued = jobs.lose_process(session, job_id, worker, pid, rt.settings)
+    except Exception as error:
+        log.error(
+            "job %s: process %s died; not re-queued now (%s: %s)", job_id, pid, type(error).__name__, error
+        )
+        return
+    if requeued:
+        log.warning("job %s: process %s died running it; the job is queued again", job_id, pid)
+
+
+class LowerRequest(Request):
+    """Celery's request of a lower task, in the worker's main process, which sees a pool process die."""
+
+    def on_failure(
+        self, exc_info: ExceptionInfo, send_failed_event: bool = True, return_ok: bool = False
+    ) -> None:
+        super().on_failure(exc_info, send_failed_event=send_failed_event, return_ok=return_ok)
+        error = exc_info.exception
+        if isinstance(error, ExceptionWithTraceback):  # as the pool hands it over
+            error = error.exc
+        if not isinstance(error, WorkerLostError) or self.worker_pid is None:
+            return
+        try:
+            message = LowerMessage.model_validate(self.args[0])
+        except (IndexError, ValueError):
+            return
+        lost_process(message.job_id, self.hostname or socket.gethostname(), self.worker_pid)
+
+
+@app.task(name=LOWER_TASK, bind=True, Request=LowerRequest)
 def lower(self: Task[Any, Any], message: dict[str, Any]) -> None:
     parsed = LowerMessage.model_validate(message)
     worker = self.request.hostname or socket.gethostname()

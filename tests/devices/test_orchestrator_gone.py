@@ -7,7 +7,9 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sqlite3
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from runnertools import child_env_with_engine
 
 from coverfarm import periodic
 from coverfarm.periodic import Outage
+from coverfarm.processes import STOP_GRACE_S
 from gpu_runner.agent import REQUEUE, Timing, run_job
 from gpu_runner.client import FarmClient
 from gpu_runner.config import RunnerConfig
@@ -56,21 +59,57 @@ def command_line(pid: int) -> str:
         return ""
 
 
-@pytest.fixture
-def up(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
-    """``coverfarm up`` on the embedded default, serving until stopped (no --once)."""
+def start_up(tmp_path: Path, **extra: str) -> tuple[subprocess.Popen[bytes], Path]:
+    """``coverfarm up`` on the embedded default (in ``tmp_path/home``), serving until stopped (no --once);
+    ``extra``: more of its environment (the stand-in engine's ``STANDIN_SECONDS``, say)."""
     home = tmp_path / "home"
-    env = child_env_with_engine({"COVERFARM_HOME": str(home), "COVERFARM_ENGINE": "bundle_engine:analyze"})
+    env = child_env_with_engine(
+        {"COVERFARM_HOME": str(home), "COVERFARM_ENGINE": "bundle_engine:analyze"}, **extra
+    )
     log = tmp_path / "up.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
             coverfarm_command("up", "--policies", "act", "--backends", "xnnpack", "--port", str(free_port())),
             env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
+    return process, log
+
+
+@pytest.fixture
+def up(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """``coverfarm up`` on the embedded default, serving until stopped (no --once)."""
+    process, log = start_up(tmp_path)
     yield process, log
     if process.poll() is None:
         process.kill()
         process.wait()
+
+
+@pytest.fixture
+def up_mid_job(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], set[int]]]:
+    """``coverfarm up`` whose worker runs the sweep's lower job, which lasts ten minutes and ignores
+    SIGTERM: (``up``, every process it started). Whatever of them is still alive at the end is
+    SIGKILLed."""
+    process, log = start_up(tmp_path, STANDIN_SECONDS="600", STANDIN_IGNORES_SIGTERM="1")
+    started: set[int] = set()
+    try:
+        started_worker_and_runner(process, log)
+
+        def lower_running() -> bool:
+            with sqlite3.connect(tmp_path / "home" / "coverfarm.db") as db:
+                row = db.execute("SELECT count(*) FROM jobs WHERE stage = 'lower' AND status = 'running'")
+                return bool(row.fetchone()[0])
+
+        wait_for(lower_running, 120, "up's worker to start the sweep's lower job")
+        started = children(process.pid)  # the worker's pool child, busy with the job, among them
+        yield process, started
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        for pid in started:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 def started_worker_and_runner(process: subprocess.Popen[bytes], log: Path) -> set[int]:
@@ -105,6 +144,31 @@ def test_up_killed_outright_still_takes_its_worker_and_runner_down(
     process.kill()  # no handler runs: the kernel's parent-death signal reaches the children
     process.wait()
     wait_for(lambda: not any(alive(pid) for pid in started), 60, "the orphaned worker and runner to stop")
+
+
+def test_up_killed_outright_mid_job_stops_its_worker_within_a_bound(
+    up_mid_job: tuple[subprocess.Popen[bytes], set[int]],
+) -> None:
+    """The kernel's SIGTERM starts the worker's warm shutdown, which would let the ten-minute job run
+    out; the worker SIGKILLs its own group once it has had ``STOP_GRACE_S``."""
+    process, started = up_mid_job
+    process.kill()
+    process.wait()
+    killed = time.monotonic()
+    bound = STOP_GRACE_S + 12
+    wait_for(lambda: not any(alive(pid) for pid in started), bound, "the orphaned worker and runner to stop")
+    print(f"\nup killed mid-job: its {len(started)} processes gone after {time.monotonic() - killed:.1f} s")
+
+
+def test_up_stopped_mid_job_exits_within_a_bound(
+    up_mid_job: tuple[subprocess.Popen[bytes], set[int]],
+) -> None:
+    process, started = up_mid_job
+    process.send_signal(signal.SIGTERM)
+    sent = time.monotonic()
+    assert process.wait(timeout=STOP_GRACE_S + 15) == 128 + signal.SIGTERM
+    assert not any(alive(pid) for pid in started)
+    print(f"\nup stopped mid-job: exited after {time.monotonic() - sent:.1f} s")
 
 
 def unreachable_client() -> FarmClient:

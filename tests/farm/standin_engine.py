@@ -2,8 +2,10 @@
 
 It has the engine's signature and returns a valid result document after sleeping
 ``$STANDIN_SECONDS`` (default 0.2; ``$STANDIN_FIRST_ATTEMPT_SECONDS``, when set, for a job's first
-attempt), so the farm's queueing, storage, re-queue and crash handling can
-be exercised in seconds. The one end-to-end test marked ``real_policy`` uses the real engine.
+attempt, of the policies in ``$STANDIN_FIRST_ATTEMPT_POLICIES`` when that is set), so the farm's
+queueing, storage, re-queue and crash handling can be exercised in seconds. The one end-to-end test
+marked ``real_policy`` uses the real engine. With ``$STANDIN_IGNORES_SIGTERM`` set, the process running
+it ignores SIGTERM (a job a warm shutdown waits for, whatever it is told).
 
 Per policy: ``vqbet`` exports ``slow`` unless its bound is the long one (>= 1000 s), ``pi05`` raises.
 
@@ -19,6 +21,7 @@ change either; without it every job's key is its own, so the farm's other tests 
 from __future__ import annotations
 
 import os
+import signal
 import time
 import uuid
 from collections.abc import Callable
@@ -72,8 +75,12 @@ def analyze(
     out_dir: Path,
     progress: Callable[[str], None] | None = None,
 ) -> ResultDocument:
+    if os.environ.get("STANDIN_IGNORES_SIGTERM"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     seconds = os.environ.get("STANDIN_SECONDS", "0.2")
-    if out_dir.name == "attempt-1":  # orchestrator.jobs.tasks names the attempt's folder
+    only = os.environ.get("STANDIN_FIRST_ATTEMPT_POLICIES")
+    # orchestrator.jobs.tasks names the attempt's folder
+    if out_dir.name == "attempt-1" and (not only or policy in only.split(",")):
         seconds = os.environ.get("STANDIN_FIRST_ATTEMPT_SECONDS", seconds)
     deadline = time.monotonic() + float(seconds)
     # Short sleeps, so a SIGKILL lands mid-job; the last one ends at the deadline, so the job takes its

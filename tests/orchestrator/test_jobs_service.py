@@ -121,6 +121,33 @@ def test_queued_job_whose_message_was_lost_is_sent_again(session: Session, setti
     assert job.status is JobStatus.QUEUED and job.sent_at is None
 
 
+def test_queued_job_sent_before_the_broker_restarted_is_sent_again_at_once(
+    session: Session, settings: Settings
+) -> None:
+    before, after = new_job(session, settings), new_job(session, settings, "vqbet")
+    before.sent_at = utcnow() - timedelta(seconds=60)
+    after.sent_at = utcnow() - timedelta(seconds=5)
+    session.flush()
+    take_outbox(session)
+    assert jobs.reconcile(session, settings) == []  # an hour is not up for either
+    # The broker has held messages for 30 s only: the one sent a minute ago lost its message.
+    assert jobs.reconcile(session, settings, broker_since=utcnow() - timedelta(seconds=30)) == [before.id]
+    assert [item.message.job_id for item in take_outbox(session)] == [before.id]
+    assert before.status is JobStatus.QUEUED and before.sent_at is None
+
+
+def test_a_job_whose_process_died_is_queued_and_sent_again(session: Session, settings: Settings) -> None:
+    job = new_job(session, settings)
+    assert jobs.start(session, job.id, "w1", settings, pid=41) is not None
+    assert not jobs.lose_process(session, job.id, "w1", 42, settings)  # not the process running it
+    assert not jobs.lose_process(session, job.id, "w2", 41, settings)  # nor that worker's
+    assert job.status is JobStatus.RUNNING
+    assert jobs.lose_process(session, job.id, "w1", 41, settings)
+    assert job.status is JobStatus.QUEUED and job.status_reason == "w1 lost process 41 (attempt 1)"
+    assert [item.message.job_id for item in take_outbox(session)] == [job.id]
+    assert not jobs.lose_process(session, job.id, "w1", 41, settings)  # told twice: once
+
+
 def test_job_that_keeps_losing_its_worker_fails(session: Session, settings: Settings) -> None:
     job = new_job(session, settings)
     for attempt in range(1, settings.max_attempts + 1):
