@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from coverfarm import backends
 from coverfarm.cell_build import document_view
 from coverfarm.cell_change import ColumnChange, Direction
 from coverfarm.cell_view import CellView, Column, Kind, Latency, OffRelease
 from coverfarm.result import ResultDocument, ReusedFrom
 
-BACKEND_TITLES = {"vulkan": "Vulkan", "xnnpack": "XNNPACK"}
 DONE = "✓"
 FAILED = "❌"
 PENDING = "⏳"
@@ -48,7 +48,7 @@ _PLAIN = {
 
 
 def backend_title(backend: str) -> str:
-    return BACKEND_TITLES.get(backend, backend)
+    return backends.title(backend)
 
 
 def columns(backend: str) -> list[str]:

@@ -86,13 +86,10 @@ def traced_policy(two_programs: bool = True) -> TracedPolicy:
 
 
 def partitioner(backend: str) -> object:
-    if backend == "vulkan":
-        from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
+    """The backend's own partitioner with its defaults, as the lower stage makes it."""
+    from worker.lower.backends import get_backend
 
-        return VulkanPartitioner()
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-
-    return XnnpackPartitioner()
+    return get_backend(backend).make_partitioner()
 
 
 def build(out: Path, backends: list[str]) -> dict[str, str]:
