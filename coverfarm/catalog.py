@@ -8,6 +8,8 @@ against LeRobot's own policy registry and the engine's adapters and backends.
 
 from __future__ import annotations
 
+from coverfarm import backends
+
 LEROBOT_VERSION = "0.6.1"
 IN_LEROBOT = (
     "act",
@@ -32,7 +34,7 @@ IN_LEROBOT = (
 )
 NOT_IN_LEROBOT = ("dm05", "fineart_vla", "flux3", "lawam", "lingbot_vla_v2", "wall_oss_05")
 POLICIES = tuple(sorted(IN_LEROBOT + NOT_IN_LEROBOT))  # the tracker's rows, in its order
-BACKENDS = ("vulkan", "xnnpack")
+BACKENDS = backends.names()  # one module each: coverfarm/backends/
 
 
 def unavailable_reason(name: str) -> str | None:

@@ -321,6 +321,10 @@ class DeviceResult(BaseModel):
     latency: LatencyStats | None = None
     load: LoadReport | None = None
     runtime_identity: RuntimeIdentity | None = None
+    # The precision the backend's runtime computed in on this host where it chooses one itself
+    # (``BackendInfo.runtime_precision``: OpenVINO's CPU plugin, "bf16" or "f32"); None where the
+    # bundle's own dtypes decide it. A wrong-output cause names it.
+    precision: str | None = None
     failure: DeviceFailure | None = None  # set whenever status is "failed"
     # The pip wheel's Python runtime links libtorch and takes torch tensors; a runtime built for a board
     # need not. Both are recorded so a result says which kind of process produced it.

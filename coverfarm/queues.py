@@ -9,6 +9,7 @@ from __future__ import annotations
 from celery import Celery
 from pydantic import BaseModel, ConfigDict
 
+from coverfarm import backends
 from coverfarm.device_classes import backend_of
 from coverfarm.settings import Settings
 from coverfarm.stacks import DEFAULT_STACK
@@ -33,12 +34,14 @@ def baseline_queue(device_class: str) -> str:
 def device_queue(device_class: str, stack: str = DEFAULT_STACK) -> str:
     """The queue device runners of ``device_class`` consume (``device.cpu-x86_64-xnnpack``).
 
-    An XNNPACK class's bundles run on the Python runtime of the executorch wheel installed beside the
-    runner, so a cell of another stack than the default goes to runners of that stack
-    (``device.cpu-x86_64-xnnpack@et-1.4.1``), as its lower job went to that stack's workers
-    (``coverfarm.routes``). Other classes run a native runtime the host declares: their queue is one
-    for every stack, and a run whose runtime is not the cell's release is flagged on the cell."""
-    if stack != DEFAULT_STACK and backend_of(device_class) == "xnnpack":
+    A CPU backend's class (XNNPACK's, OpenVINO's: ``BackendInfo.cpu_class``) runs its bundles on the
+    Python runtime of the executorch wheel installed beside the runner, so a cell of another stack than
+    the default goes to runners of that stack (``device.cpu-x86_64-xnnpack@et-1.4.1``), as its lower job
+    went to that stack's workers (``coverfarm.routes``). Other classes run a native runtime the host
+    declares: their queue is one for every stack, and a run whose runtime is not the cell's release is
+    flagged on the cell."""
+    known = backends.info(backend_of(device_class))
+    if stack != DEFAULT_STACK and known is not None and known.cpu_class:
         return f"{DEVICE_QUEUE_PREFIX}{device_class}@{stack}"
     return f"{DEVICE_QUEUE_PREFIX}{device_class}"
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from coverfarm import backends
 from coverfarm.cell_build import document_view
 from coverfarm.cell_change import ColumnChange, Direction
 from coverfarm.cell_view import CellView, Column, Kind, Latency, OffRelease
 from coverfarm.profile import CPU, ProfileSummary, blockers_of
 from coverfarm.result import Blocker, ResultDocument, ReusedFrom
 
-BACKEND_TITLES = {"vulkan": "Vulkan", "xnnpack": "XNNPACK"}
 DONE = "✓"
 FAILED = "❌"
 PENDING = "⏳"
@@ -50,7 +50,7 @@ _PLAIN = {
 
 
 def backend_title(backend: str) -> str:
-    return BACKEND_TITLES.get(backend, backend)
+    return backends.title(backend)
 
 
 def columns(backend: str) -> list[str]:

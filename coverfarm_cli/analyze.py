@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from coverfarm import catalog, tracker
+from coverfarm import backends, catalog, tracker
 from coverfarm.errors import UserError
 from coverfarm.result import Options
 
@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         f"({', '.join(catalog.NOT_IN_LEROBOT)} are not in lerobot {catalog.LEROBOT_VERSION}: their row "
         "says so)",
     )
-    parser.add_argument("--backend", required=True, help="vulkan or xnnpack")
+    parser.add_argument("--backend", required=True, help=" or ".join(catalog.BACKENDS))
     parser.add_argument("--json", action="store_true", help="print the whole result document as JSON")
     parser.add_argument(
         "--timeout",
@@ -92,7 +92,7 @@ def options_of(args: argparse.Namespace) -> Options:
         raise UserError(f"checkpoint {args.checkpoint} is not a readable directory")
     if args.weights == "fake" and args.checkpoint is not None:
         raise UserError("--weights fake builds the policy without weights: it cannot use --checkpoint")
-    if args.force_fp16 and args.backend != "vulkan":
+    if args.force_fp16 and not backends.takes_force_fp16(args.backend):
         raise UserError(f"--force-fp16 is a Vulkan partitioner option; backend {args.backend} has none")
     try:
         return Options(

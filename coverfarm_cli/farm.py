@@ -17,7 +17,8 @@ import threading
 import time
 from typing import Any
 
-from coverfarm import tracker
+from coverfarm import catalog, tracker
+from coverfarm.device_classes import backend_of
 from coverfarm.errors import UserError
 from coverfarm.processes import STOP_GRACE_S, exit_on_signals, start_child, stop_groups
 from coverfarm.settings import Settings, get_settings
@@ -60,7 +61,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="act,gaussian_actor,vqbet,multi_task_dit,tdmpc,diffusion",
         help="comma-separated (every policy the engine supports, quickest first)",
     )
-    up.add_argument("--backends", default="vulkan,xnnpack", help="comma-separated (vulkan,xnnpack)")
+    up.add_argument(
+        "--backends", default="vulkan,xnnpack", help=f"comma-separated ({','.join(catalog.BACKENDS)})"
+    )
     up.add_argument("--host", help="address to bind (COVERFARM_HOST, 127.0.0.1)")
     up.add_argument("--port", type=int, help="port (COVERFARM_PORT, 8000)")
     up.add_argument("--once", action="store_true", help="stop after printing the report instead of serving")
@@ -71,7 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     submit = sweep.add_parser("submit", help="submit policies x backends; --wait follows it to the end")
     submit.add_argument("--policies", required=True, help="comma-separated, e.g. act,vqbet")
-    submit.add_argument("--backends", required=True, help="comma-separated, e.g. vulkan,xnnpack")
+    submit.add_argument("--backends", required=True, help=f"comma-separated, of {','.join(catalog.BACKENDS)}")
     submit.add_argument(
         "--stacks", help="comma-separated stacks to measure each cell on (default: the default stack)"
     )
@@ -194,6 +197,8 @@ def _up(args: argparse.Namespace) -> int:
         from coverfarm_cli.runner_farm import start_local_runner
 
         runner, classes = start_local_runner(url, token, settings)
+        chosen = set(_names(args.backends))
+        classes = [name for name in classes if backend_of(name) in chosen]
         submit = argparse.Namespace(
             url=url, token=token, policies=args.policies, backends=args.backends, constant_prop=True,
             lowering="fast", timeout_s=None, wait=True, device_classes=",".join(classes),

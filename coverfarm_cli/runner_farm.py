@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from coverfarm import backends
+from coverfarm.device_classes import backend_of
 from coverfarm.errors import UserError
 from coverfarm.processes import start_child
 from coverfarm.result import error_line
@@ -184,7 +186,7 @@ def start_local_runner(
 ) -> tuple[subprocess.Popen[bytes] | None, list[str]]:
     """For ``coverfarm up``: enrol this host as a CPU device runner of the local farm and start it.
 
-    Returns the runner process (its own process group) and the host's XNNPACK device classes for the
+    Returns the runner process (its own process group) and the host's CPU device classes for the
     sweep; (None, []) with one line on stderr when the host offers none. The previous local runner's
     credential, if any, is revoked first, so a host keeps one live runner however often it runs ``up``.
     """
@@ -212,7 +214,8 @@ def start_local_runner(
         return None, []
     from gpu_runner.config import load
 
-    classes = [name for name in load(path).device_classes if name.endswith("-xnnpack")]
+    cpu = {name for name, info in backends.registry().items() if info.cpu_class}
+    classes = [name for name in load(path).device_classes if backend_of(name) in cpu]
     runner = start_child([sys.executable, "-c", CLI, "runner", "start", "--config", str(path)])
     print(f"coverfarm: local device runner for {', '.join(classes) or 'no class'}", file=sys.stderr)
     return runner, classes

@@ -342,7 +342,7 @@ def consume(config: RunnerConfig, settings: Settings, timing: Timing) -> None:
             raise Reject(f"runner {config.runner_id} may not take job {parsed.job_id} now", requeue=True)
 
     del device_run
-    # Its XNNPACK classes' bundles of its own stack: those its installed wheel's runtime runs.
+    # Its CPU classes' bundles (XNNPACK's, OpenVINO's) of its own stack: those its wheel's runtime runs.
     stack = current_stack()
     queues = [device_queue(name, stack) for name in config.device_classes]
     eager = baseline_capability()

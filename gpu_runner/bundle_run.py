@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from coverfarm import backends
 from coverfarm.device_result import (
     DeviceFailure,
     DeviceResult,
@@ -146,6 +147,7 @@ def run_bundle(
             result.frames = check_frames(bundle, manifest, programs)
             result.latency = time_chunk(bundle, manifest, programs, rules, load_ms, engine=engine)
         mark_isolation(result.latency, isolation)
+        result.precision = runtime_precision(manifest.backend)
     except (runtime_module.RuntimeFailure, BundleError) as error:
         result.status, result.error = "failed", str(error)
         failure = error.failure if isinstance(error, runtime_module.RuntimeFailure) else None
@@ -229,18 +231,34 @@ def _wrong_output(result: DeviceResult, cause: str) -> DeviceFailure:
     )
 
 
+def runtime_precision(backend: str | None) -> str | None:
+    """The precision the backend's runtime chose on this host (``BackendInfo.runtime_precision``), or
+    None where it chooses none; the question's own failure is the answer's text."""
+    known = backends.info(backend or "")
+    if known is None or known.runtime_precision is None:
+        return None
+    try:
+        return known.runtime_precision()
+    except Exception as error:  # the runtime ran the bundle; not knowing its precision is no failure
+        return f"unknown ({type(error).__name__}: {error})"
+
+
 def _verdict(result: DeviceResult, atol: float, rtol: float) -> str | None:
-    """Why the outputs are wrong (the cell's ❌ cause), or None when they are right."""
+    """Why the outputs are wrong (the cell's ❌ cause), or None when they are right. Where the runtime
+    chose its own precision (``result.precision``), a tolerance failure says which it computed in."""
+    chosen = f"; {result.backend} computed in {result.precision}" if result.precision else ""
     wrong = [
         f"{c.program} ({c.error or f'max abs error {c.max_abs_error:.3g}'})"
         for c in result.testcase
         if not c.passed
     ]
     if wrong:
-        return f"test case outside tolerance (atol {atol:g}, rtol {rtol:g}): {', '.join(wrong)}"
+        return f"test case outside tolerance (atol {atol:g}, rtol {rtol:g}): {', '.join(wrong)}{chosen}"
     if result.frames and not result.frames.passed:
         worst = max((o for o in result.frames.outputs if not o.passed), key=lambda o: o.max_abs_error)
-        return f"frames differ from the reference: {worst.name} max abs error {worst.max_abs_error:.3g}"
+        return (
+            f"frames differ from the reference: {worst.name} max abs error {worst.max_abs_error:.3g}{chosen}"
+        )
     return unstable_outputs(result.latency)
 
 

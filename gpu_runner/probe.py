@@ -3,7 +3,9 @@
 Two runtimes can execute programs (gpu_runner/runtime.py): the installed Python ``executorch.runtime``,
 asked through its ``backend_registry``, and a native ``executor_runner`` binary when one is configured,
 whose backends are the registration names linked into it (gpu_runner/native_runtime.py). The device
-classes a runner offers follow from both: ``cpu-<arch>-xnnpack`` when either has XnnpackBackend, and
+classes a runner offers follow from both: ``cpu-<arch>-<backend>`` for each CPU backend
+(``coverfarm.backends``: XNNPACK, OpenVINO) whose delegate either registers (``cpu-x86_64-xnnpack`` when
+either has XnnpackBackend), and
 ``<gpu>-vulkan`` for each Vulkan GPU only when either has VulkanBackend: a GPU no runtime can use is no
 device class. ``<gpu>`` is the model in the Vulkan device name (``h200-vulkan`` for "NVIDIA H200",
 ``mali-g610-vulkan``, ``adreno-750-vulkan`` for "Adreno (TM) 750" or "Turnip Adreno (TM) 750").
@@ -23,6 +25,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from coverfarm import backends
 from coverfarm import device_classes as class_names
 from coverfarm.device_result import (
     Board,
@@ -262,14 +265,21 @@ def device_classes(
         not_offered["native"] = native.status  # a binary was given but cannot be used
     if info.error and info.error != NOT_ASKED:
         not_offered["runtime"] = info.error
-    if runtime.RUNTIME_BACKEND["xnnpack"] in registered:
+    for cpu_backend in (b for b in backends.registry().values() if b.cpu_class):
+        if cpu_backend.runtime_backend not in registered:
+            if not info.error or info.error == NOT_ASKED:
+                not_offered[cpu_backend.name] = (
+                    f"{cpu_backend.runtime_backend} is not registered in the {where}"
+                )
+            continue
+        if cpu_backend.name != "xnnpack":
+            classes.append(f"cpu-{board.arch}-{cpu_backend.name}")
+            continue
         name, refused = cpu_class(board, declared_cpu_class)
         if name is not None:
             classes.append(name)
         else:
             not_offered["xnnpack"] = refused or ""
-    elif not info.error or info.error == NOT_ASKED:
-        not_offered["xnnpack"] = f"XnnpackBackend is not registered in the {where}"
     gpus = [d for d in devices if not d.software]
     for device in devices:
         if device.software:

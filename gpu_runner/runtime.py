@@ -25,12 +25,13 @@ from typing import Any, Literal, Protocol, cast
 
 import numpy as np
 
+from coverfarm import backends
 from coverfarm.device_result import DeviceFailure, TimingRules
 from gpu_runner.manifest import ProgramSpec
 from gpu_runner.stats import Timed, timed_loop
 
 # The runtime name of each coverfarm backend's delegate, as ``backend_registry`` lists it.
-RUNTIME_BACKEND = {"vulkan": "VulkanBackend", "xnnpack": "XnnpackBackend"}
+RUNTIME_BACKEND = backends.runtime_backends()
 
 _LIBTORCH = re.compile(r"/(libtorch[^/]*|libc10[^/]*)\.so[^/]*$")
 
@@ -85,9 +86,12 @@ def _tensor_io() -> tuple[Callable[[np.ndarray], Any], Callable[[Any], np.ndarra
 class LoadedProgram:
     """One loaded ``.pte``'s ``forward`` method, called with numpy arrays."""
 
-    def __init__(self, name: str, method: Any) -> None:
+    def __init__(self, name: str, method: Any, keep: tuple[Any, ...] = ()) -> None:
         self.name = name
         self._method = method
+        # What the method reads from while it lives: a program loaded from bytes reads them in place
+        # (the runtime's Program keeps no reference to them).
+        self._keep = keep
         self._to, self._from = _tensor_io()
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -101,15 +105,19 @@ class LoadedProgram:
 
 
 def load_program(name: str, pte: Path, backend: str | None) -> LoadedProgram:
+    """Load ``pte``'s ``forward``: from the file, or from its bytes for a backend whose delegate does not
+    run from a mapped file (``BackendInfo.load_from_bytes``)."""
     runtime = _runtime()
+    known = backends.info(backend or "")
+    source: bytes | Path = pte.read_bytes() if known and known.load_from_bytes else pte
     try:
-        program = runtime.load_program(pte)
+        program = runtime.load_program(source)
         method = program.load_method("forward")
     except Exception as error:
         cause = f"program {name} failed to load: {error}{_why(runtime, backend)}"
         failure = DeviceFailure(kind="refused_at_load", cause=cause, program=name, message=str(error))
         raise RuntimeFailure(cause, failure) from None
-    return LoadedProgram(name, method)
+    return LoadedProgram(name, method, keep=(program, source))
 
 
 def _why(runtime: Any, backend: str | None) -> str:

@@ -26,7 +26,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from coverfarm import catalog
+from coverfarm import backends, catalog
 from coverfarm.errors import UserError
 from coverfarm.hostlock import host_lock
 from coverfarm.offline_causes import no_offline_build
@@ -61,7 +61,7 @@ ENGINE_SOURCES = (
     "lower/observe.py",
     "lower/fast",
     "lower/metrics",
-    "lower/backends.py",
+    "lower/backends",
     "lower/assemble.py",
     "bundle/write.py",
     "engine.py",
@@ -100,7 +100,7 @@ def validate(policy: str, backend: str, options: Options) -> None:
         raise UserError(str(error)) from None
     if options.weights == "fake" and options.checkpoint is not None:
         raise UserError("weights fake builds the policy without weights: it cannot use a checkpoint")
-    if options.force_fp16 and backend != "vulkan":
+    if options.force_fp16 and not backends.takes_force_fp16(backend):
         raise UserError(f"force_fp16 is a Vulkan partitioner option; backend {backend} has none")
     if options.checkpoint is not None:
         path = Path(options.checkpoint)
@@ -333,7 +333,7 @@ def stack_fields(policy: str, options: Options) -> dict[str, Any]:
     return {
         "trace": trace_key(policy, options.seed, options.checkpoint, options.frames, options.weights),
         "weights": weights,
-        "versions": versions(),
+        "versions": versions(*backends.names()),
         "engine": engine_code_digest(),
     }
 
@@ -366,7 +366,7 @@ def analyze(
         error = ErrorInfo(stage="trace", type="PolicyNotAvailable", message=reason)
         failed = StageResult(status=StageStatus.FAILED, error=error)
         return ResultDocument(
-            policy=policy, backend=backend, options=options, trace=failed, versions=versions()
+            policy=policy, backend=backend, options=options, trace=failed, versions=versions(backend)
         )
 
     weights, (trace_stage, trace_dir, manifest) = traced(policy, options, trace_cache, work, say)
@@ -375,7 +375,7 @@ def analyze(
         backend=backend,
         options=options,
         trace=trace_stage,
-        versions=versions(),
+        versions=versions(backend),
         weights=weights,
     )
     doc.timings["trace_s"] = round(trace_stage.seconds or 0.0, 3)

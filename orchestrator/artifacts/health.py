@@ -5,7 +5,8 @@ The orchestrator cannot build a bundle (it never imports torch), so the bundles 
 under ``health/<backend>/``, and are put into the artifact store under their sha256 the first time a
 runner asks. XNNPACK and Vulkan have one each (the same two-linear program, the Vulkan one lowered with
 the wheel's ``VulkanPartitioner``); a class whose backend has none leaves its runner quarantined with
-that reason.
+that reason. OpenVINO has none: its CPU plugin computes in bf16 where the CPU has it, and the health
+bundle then misses fp32's tolerance (docs/design.md, "Adding a backend").
 """
 
 from __future__ import annotations

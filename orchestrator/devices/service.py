@@ -57,14 +57,9 @@ def enrol(session: Session, settings: Settings, body: Enrol) -> Enrolled:
     # Used first, atomically; a refusal below rolls the whole request back, the token's use with it.
     if not repository.use_token(session, token_hash, utcnow()):
         raise Unauthenticated("enrolment token unknown, already used or expired; ask an admin for a new one")
-    classes = body.probe.device_classes
-    if not classes:
+    if not body.probe.device_classes:
         raise Unprocessable("the probe offers no device class; `coverfarm runner probe` says why")
-    for name in classes:
-        try:
-            device_classes.check(name, settings.backends)
-        except ValueError as error:
-            raise Unprocessable(str(error)) from None
+    classes = measured_classes(body.probe.device_classes, settings.backends)
     secret = new_secret()
     runner = Runner(
         name=body.name,
@@ -92,6 +87,25 @@ def enrol(session: Session, settings: Settings, body: Enrol) -> Enrolled:
 
 
 OFFLINE_REASON = "enrolled offline: signs device results for `coverfarm results import`, takes no jobs"
+
+
+def measured_classes(offered: list[str], backends: list[str]) -> list[str]:
+    """The probe's classes whose backend this farm measures: a host's runtime may offer a class of a
+    backend the farm does not (a wheel registers OpenVINO beside XNNPACK), which the runner then does not
+    take. A malformed name, or none of the farm's backends, is refused with the reason."""
+    measured, refused = [], []
+    for name in offered:
+        try:
+            measured.append(device_classes.check(name, backends))
+        except ValueError as error:
+            try:
+                device_classes.backend_of(name)
+            except ValueError:
+                raise Unprocessable(str(error)) from None
+            refused.append(str(error))
+    if not measured:
+        raise Unprocessable(refused[0])
+    return measured
 
 
 def enrol_offline(session: Session, settings: Settings, body: OfflineEnrol) -> OfflineEnrolled:

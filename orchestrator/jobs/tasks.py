@@ -40,7 +40,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from coverfarm import reuse
+from coverfarm import backends, reuse
 from coverfarm.periodic import Outage, Periodic
 from coverfarm.queues import LOWER_TASK, LowerMessage, make_celery
 from coverfarm.result import Options, ResultDocument
@@ -365,7 +365,9 @@ def _registered(sender: Any, **_kwargs: Any) -> None:
     queues = sorted(sender.app.amqp.queues.consume_from or sender.app.amqp.queues)
     rt = runtime()
     with rt.transaction() as session:
-        workers.register(session, sender.hostname, queues, rt.stack, versions(), rt.memory_gb)
+        workers.register(
+            session, sender.hostname, queues, rt.stack, versions(*backends.names()), rt.memory_gb
+        )
     _beat = worker_heartbeat(rt, sender.hostname)
     _beat.start()
 

@@ -9,7 +9,7 @@ from collections import defaultdict
 
 from sqlalchemy.orm import Session
 
-from coverfarm import tracker
+from coverfarm import backends, tracker
 from coverfarm.cell_view import CellView, Kind, OffRelease
 from coverfarm.device_words import RUNTIME_FAILURES
 from coverfarm.result import Options, ResultDocument
@@ -25,7 +25,6 @@ from orchestrator.reports.schemas import BlockerGroup, BlockersReport, ReasonWha
 from orchestrator.sweeps.cell_views import plain_views, sweep_stacks, sweep_views
 
 OUTPUT_LINES = 30  # of a repro's output, in the report (the API has all of it)
-PARTITIONERS = {"vulkan": "VulkanPartitioner()", "xnnpack": "XnnpackPartitioner()"}
 Views = dict[int, CellView]  # cell id -> its view
 
 
@@ -73,7 +72,8 @@ def _coverage(cells: list[Cell], backend: str, views: Views) -> list[str]:
         lines += ["", "Causes:", ""]
         lines += [f"- {policy}: {cause}" for policy, cause in causes]
     title = backend_title(backend)
-    partitioner = PARTITIONERS.get(backend, f"the {title} partitioner")
+    known = backends.info(backend)
+    partitioner = known.partitioner if known else f"the {title} partitioner"
     lines += [
         "",
         "Legend:",

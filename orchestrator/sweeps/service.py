@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from coverfarm import device_classes, routes
+from coverfarm import backends, device_classes, routes
 from coverfarm.cell_build import CpuJobs
 from coverfarm.result import Options
 from coverfarm.settings import Settings
@@ -65,7 +65,7 @@ def _check(body: SweepCreate, settings: Settings) -> None:
                     "input": name,
                 }
             )
-    if body.options.force_fp16 and "vulkan" not in body.backends:
+    if body.options.force_fp16 and not any(backends.takes_force_fp16(b) for b in body.backends):
         errors.append(
             {
                 "loc": ["body", "options", "force_fp16"],
@@ -116,7 +116,9 @@ def create(session: Session, settings: Settings, body: SweepCreate) -> Sweep:
         etrecord=body.options.etrecord,
     )
     by_backend = {
-        backend: options.model_copy(update={"force_fp16": body.options.force_fp16 and backend == "vulkan"})
+        backend: options.model_copy(
+            update={"force_fp16": body.options.force_fp16 and backends.takes_force_fp16(backend)}
+        )
         for backend in body.backends
     }
     cells = []

@@ -22,7 +22,10 @@ def coverfarm(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
             ["--policy", "nope", "--backend", "vulkan"],
             "unknown policy 'nope'; the tracker's policies: act, diffusion, dm05",
         ),
-        (["--policy", "act", "--backend", "metal"], "unknown backend 'metal'; known: vulkan, xnnpack"),
+        (
+            ["--policy", "act", "--backend", "metal"],
+            "unknown backend 'metal'; known: openvino, vulkan, xnnpack",
+        ),
         (["--policy", "act", "--backend", "vulkan", "--timeout", "0"], "--timeout must be a positive number"),
         (
             ["--policy", "act", "--backend", "vulkan", "--timeout", "-5"],

@@ -131,11 +131,12 @@ def test_a_wheel_stack_is_pinned_by_its_sha256_and_detected_by_it(
     installed = stack.identity() | {WHEEL_SHA256: stack.wheel.sha256}
     assert detect_stack(installed, known).name == "pr-1"
     assert resolve("pr-1", None, DEFAULT_STACK, catalogue_copy).wheel == stack.wheel  # the same file: ok
-    # pip resolves the base's pins; executorch comes from the wheel, lerobot without its dependencies.
+    # pip resolves the base's pins; executorch comes from the wheel, lerobot and nncf without their
+    # dependencies.
     pins = _requirements(stack).splitlines()
     assert f"torch=={stack.pins['torch']}" in pins
-    assert not [pin for pin in pins if pin.startswith(("executorch==", "lerobot=="))]
-    assert len(pins) == len(stack.pins) - 2
+    assert not [pin for pin in pins if pin.startswith(("executorch==", "lerobot==", "nncf=="))]
+    assert len(pins) == len(stack.pins) - 1 - len(lock_pins(LEROBOT_LOCK))
 
 
 def test_a_wheel_whose_sha256_differs_is_refused_before_anything_is_installed(

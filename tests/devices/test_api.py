@@ -78,6 +78,18 @@ def test_enrolment_refuses_malformed_or_unknown_classes(client: TestClient, admi
         assert words in response.json()["detail"][0]["msg"]
 
 
+def test_enrolment_keeps_only_the_classes_of_the_farms_backends(
+    client: TestClient, admin: dict[str, str]
+) -> None:
+    """A host whose runtime also offers a backend this farm (vulkan, xnnpack) does not measure, such as
+    OpenVINO's CPU class beside XNNPACK's, enrols for the farm's classes."""
+    token = client.post("/api/enrolment-tokens", headers=admin, json={}).json()["token"]
+    offered = ["cpu-x86_64-openvino", "cpu-x86_64-xnnpack"]
+    response = client.post("/api/runners/enrol", json={"token": token, "name": "b", "probe": probe(offered)})
+    assert response.status_code == 201, response.text
+    assert response.json()["device_classes"] == ["cpu-x86_64-xnnpack"]
+
+
 def test_credential_is_stored_hashed_and_revocable(
     client: TestClient, admin: dict[str, str], sessions: sessionmaker[Session]
 ) -> None:

@@ -18,5 +18,5 @@ def tiny_bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
     return {
         backend: Path(path)
-        for backend, path in build(tmp_path_factory.mktemp("tiny"), ["xnnpack", "vulkan"]).items()
+        for backend, path in build(tmp_path_factory.mktemp("tiny"), ["xnnpack", "vulkan", "openvino"]).items()
     }

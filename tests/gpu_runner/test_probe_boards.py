@@ -124,7 +124,8 @@ def test_the_probe_derives_class_driver_and_limits(
         "maxPushConstantsSize", "maxComputeSharedMemorySize", "maxComputeWorkGroupInvocations",
     }  # fmt: skip
     assert classes == [f"cpu-{host.arch}-xnnpack", device_class]
-    assert not_offered == {}
+    # A runtime without OpenVINO's delegate offers no OpenVINO class and says why, in its own terms.
+    assert not_offered == {"openvino": "OpenvinoBackend is not registered in the ExecuTorch runtime 1.5.1"}
     report = ProbeReport(
         board=host, vulkan_devices=devices, vulkan_status=status, executorch=VULKAN_RUNTIME,
         device_classes=classes, not_offered=not_offered,
@@ -177,7 +178,7 @@ def test_a_software_device_beside_a_gpu_leaves_the_gpu_class() -> None:
     cpu = VulkanDevice(index=1, name="llvmpipe (LLVM 15.0.6, 256 bits)", vendor="Mesa", software=True)
     classes, not_offered = device_classes(Board(cores=16, arch="x86_64"), [gpu, cpu], "ok", VULKAN_RUNTIME)
     assert classes == ["cpu-x86_64-xnnpack", "h200-vulkan"]
-    assert list(not_offered) == ["llvmpipe-vulkan"]
+    assert list(not_offered) == ["openvino", "llvmpipe-vulkan"]  # VULKAN_RUNTIME has no OpenvinoBackend
 
 
 def test_a_mali_board_without_vulkaninfo_also_names_its_driver(

@@ -58,6 +58,25 @@ def test_tiny_xnnpack_bundle_passes(tiny_bundles: dict[str, Path]) -> None:
     assert replica.isolation is None  # no lock given: not isolated, and no speed-up will use it
 
 
+def test_tiny_openvino_bundle_runs_on_the_wheels_runtime_and_records_its_precision(
+    tiny_bundles: dict[str, Path],
+) -> None:
+    from coverfarm.backends.openvino import cpu_inference_precision
+
+    # Loaded from its file (mapped), an OpenVINO program crashes the runtime at its first execute; the
+    # runner loads it from the file's bytes, kept alive as long as the program.
+    result = run_bundle(tiny_bundles["openvino"], rules=QUICK, runtime="python")
+    assert result.device_class == f"cpu-{platform.machine()}-openvino"
+    assert result.precision == cpu_inference_precision()
+    assert [c.program for c in result.testcase] == ["obs", "step"]
+    assert all(c.max_abs_error is not None for c in result.testcase)
+    assert result.frames is not None and result.frames.frames == 16
+    assert result.latency is not None and len(result.latency.samples_ms) == 5
+    assert result.status == "ok", result.error  # tiny enough for fp32's tolerance even in bf16
+    xnnpack = run_bundle(tiny_bundles["xnnpack"], rules=QUICK, runtime="python")
+    assert xnnpack.precision is None  # XNNPACK computes in the bundle's own dtypes
+
+
 def test_tampered_bundle_is_refused_by_hash(tiny_bundles: dict[str, Path], tmp_path: Path) -> None:
     bundle = tmp_path / tiny_bundles["xnnpack"].name
     shutil.copytree(tiny_bundles["xnnpack"], bundle)
@@ -97,6 +116,21 @@ def test_wrong_outputs_fail_with_the_cause(
     assert result.status == "failed"
     assert result.error is not None and result.error.startswith(cause), result.error
     assert result.latency is not None  # a wrong cell still has its timings
+
+
+def test_an_openvino_tolerance_failure_names_the_precision_it_ran_in(
+    tiny_bundles: dict[str, Path], tmp_path: Path
+) -> None:
+    bundle = tmp_path / "edited"
+    shutil.copytree(tiny_bundles["openvino"], bundle)
+    with np.load(bundle / "testcase.npz") as data:
+        arrays = {name: data[name] for name in data.files}
+    arrays["obs/out/0"] = arrays["obs/out/0"] + 0.25
+    np.savez(bundle / "testcase.npz", **arrays)  # type: ignore[arg-type]
+    result = run_bundle(rehomed(bundle, tmp_path), rules=QUICK, runtime="python")
+    assert result.status == "failed" and result.error is not None
+    assert result.error.startswith("test case outside tolerance"), result.error
+    assert result.error.endswith(f"; openvino computed in {result.precision}"), result.error
 
 
 def test_vulkan_bundle_without_vulkan_runtime_fails_with_cause(tiny_bundles: dict[str, Path]) -> None:

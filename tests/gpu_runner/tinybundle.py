@@ -95,13 +95,10 @@ def traced_policy(two_programs: bool = True, cpu_op: bool = False) -> TracedPoli
 
 
 def partitioner(backend: str) -> object:
-    if backend == "vulkan":
-        from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
+    """The backend's own partitioner with its defaults, as the lower stage makes it."""
+    from worker.lower.backends import get_backend
 
-        return VulkanPartitioner()
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-
-    return XnnpackPartitioner()
+    return get_backend(backend).make_partitioner()
 
 
 def build(out: Path, backends: list[str], profiled: bool = False) -> dict[str, str]:

@@ -78,8 +78,8 @@ def test_default_names_are_what_the_engine_supports() -> None:
     # In a child process: the registry imports torch and LeRobot, which this process never loads.
     code = (
         "import json; from worker.trace.policies.registry import supported;"
-        " from worker.lower.backends import BACKENDS;"
-        "print(json.dumps([supported(), sorted(BACKENDS)]))"
+        " from worker.lower.backends import all_backends;"
+        "print(json.dumps([supported(), sorted(all_backends())]))"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300, check=True

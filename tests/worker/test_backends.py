@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from worker.lower.backends import canonical_reason, capability_reasons
+from worker.lower.backends.reasons import canonical_reason, capability_reasons
 
 
 class RefusesRelu(OperatorSupportBase):
@@ -43,6 +43,25 @@ def test_reasons_come_from_the_checks_own_log_skip() -> None:
         ("relu", "no operator implementation"),
     ]
     assert "log_skip" not in vars(support), "the check is left as it was"
+
+
+class PrintsRefusal(OperatorSupportBase):
+    """Stands in for OpenvinoOperatorsSupport: prints its refusal of relu, as it does, and no more."""
+
+    def is_node_supported(self, submodules: Mapping[str, torch.nn.Module], node: torch.fx.Node) -> bool:
+        if node.target is torch.relu:
+            print("Op not supported: ", "torch.ops.relu")
+            return False
+        return True
+
+
+def test_reasons_come_from_what_the_check_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    reasons = capability_reasons(PrintsRefusal(), graph(torch.sigmoid, torch.relu))
+    assert [(n.name, r) for n, r in reasons.items()] == [
+        ("sigmoid", None),
+        ("relu", "Op not supported:  torch.ops.relu"),
+    ]
+    assert capsys.readouterr().out == ""  # read as the reason, not left on the stage's stdout
 
 
 def test_a_crash_inside_the_check_names_the_node() -> None:

@@ -7,7 +7,7 @@ from lerobot.configs.policies import PreTrainedConfig
 
 from coverfarm import catalog
 from coverfarm.offline_causes import NO_OFFLINE_BUILD
-from worker.lower.backends import BACKENDS
+from worker.lower.backends import all_backends
 from worker.trace.policies.registry import supported
 
 
@@ -23,7 +23,7 @@ def test_in_lerobot_is_exactly_what_the_installed_lerobot_ships() -> None:
 
 def test_every_adapter_is_for_a_policy_of_the_installed_lerobot() -> None:
     assert set(supported()) <= set(catalog.IN_LEROBOT)
-    assert list(catalog.BACKENDS) == sorted(BACKENDS)
+    assert list(catalog.BACKENDS) == sorted(all_backends())
 
 
 def test_only_the_six_missing_policies_are_unavailable() -> None:
@@ -79,3 +79,11 @@ print([m for m in adapters() if m.startswith("worker.")])
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300
     )
     assert result.stdout.splitlines()[:2] == ["[]", "['worker.trace.policies.adapters.act']"]
+
+
+def test_every_backend_module_has_its_lowering_module_of_the_same_name() -> None:
+    from coverfarm import backends
+
+    lowering = all_backends()
+    for name, info in backends.registry().items():
+        assert lowering[name].name == info.name == name

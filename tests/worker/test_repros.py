@@ -151,3 +151,27 @@ def test_xnnpack_repros_show_its_own_reasons(tmp_path_factory: pytest.TempPathFa
     assert "XnnpackPartitioner()" in var.repro.text
     assert var.repro.reproduced and var.repro.reason_seen == var.reason
     assert var.programs_if_supported is None  # XNNPACK does not partition through the capability check
+
+
+class LinearAtan(torch.nn.Module):
+    """A linear, then atan (a core ATen op OpenVINO's PyTorch frontend has no conversion for)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.atan(self.linear(x))
+
+
+def test_openvino_repros_show_its_own_reasons(tmp_path_factory: pytest.TempPathFactory) -> None:
+    doc = lower_tiny(tmp_path_factory, "openvino", {"atan": (LinearAtan(), (torch.randn(4, 8),), 1)})
+    assert doc.partition.status is StageStatus.OK, doc.partition.error
+    [atan] = doc.blockers
+    # OpenvinoOperatorsSupport's own words, printed where it refuses the node.
+    assert (atan.op, atan.reason) == ("aten.atan.default", "Op not supported:  torch.ops.aten.atan.default")
+    assert atan.repro is not None and atan.repro.error is None, atan.repro
+    assert "OpenvinoPartitioner([])" in atan.repro.text
+    assert atan.repro.reproduced and atan.repro.reason_seen == atan.reason
+    # OpenVINO partitions through the capability check: the what-if is replayed as for Vulkan.
+    assert atan.programs_if_supported == 1

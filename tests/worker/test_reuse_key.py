@@ -59,7 +59,7 @@ def test_the_key_changes_with_the_versions(monkeypatch: pytest.MonkeyPatch) -> N
     from coverfarm.versions import versions
 
     bumped = {**versions(), "executorch": "99.0"}
-    monkeypatch.setattr(worker.engine, "versions", lambda: bumped)
+    monkeypatch.setattr(worker.engine, "versions", lambda *_backends: bumped)
     assert key() != base
 
 

@@ -105,7 +105,7 @@ def build(out: Path, backend: str, policy: TracedPolicy | None = None) -> Path:
             policy=policy.policy,
             backend=backend,
             trace=StageResult(status=StageStatus.OK),
-            versions=versions(),
+            versions=versions(backend),
         )
         bundle = write_bundle(doc, trace, trace_dir, lowered, work / "bundles")
         if out.exists():

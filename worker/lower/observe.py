@@ -19,7 +19,8 @@ from torch.export import ExportedProgram
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from worker.child.events import EventLog
-from worker.lower.backends import LEFT_OUT, Backend, Reasons, capability_reasons, xnnpack_reasons
+from worker.lower.backends import Backend
+from worker.lower.backends.reasons import LEFT_OUT, Reasons, capability_reasons
 from worker.lower.metrics.example import describe
 from worker.lower.metrics.graph import counted_nodes, op_name
 from worker.lower.metrics.groups import connected_groups
@@ -72,9 +73,9 @@ class Observer:
             macs=sum(self.macs.values()),
             op_histogram=_histogram(self.macs),
         )
-        if not self.backend.uses_capability_partitioner:
+        if self.backend.reasons is not None:
             start = time.monotonic()
-            self.report_support(xnnpack_reasons(self.partitioner, ep), start)
+            self.report_support(self.backend.reasons(self.partitioner, ep), start)
         self.partition_start = time.monotonic()
 
     def on_support(self, support: OperatorSupportBase) -> None:

@@ -62,16 +62,16 @@ class PartitionOnly(ObservingPartitioner):
 
 @contextlib.contextmanager
 def lowering_context(backend: Backend, lowering: str, observer: Observer) -> Iterator[None]:
-    """Route the Vulkan partitioner's CapabilityBasedPartitioner through the chosen implementation
-    (stock or exact-fast) and let the observer see the support check it builds."""
-    if not backend.uses_capability_partitioner:
+    """Route the backend partitioner's CapabilityBasedPartitioner (Vulkan's, OpenVINO's) through the
+    chosen implementation (stock or exact-fast) and let the observer see the support check it builds."""
+    if backend.capability_module is None:
         yield
         return
     from worker.lower.fast.levers import partitioner_impl
     from worker.lower.fast.partitioner_impl import capability_partitioner
 
     impl = partitioner_impl(lowering)
-    with capability_partitioner(impl, on_support=observer.on_support):  # type: ignore[arg-type]
+    with capability_partitioner(impl, on_support=observer.on_support, module=backend.capability_module):  # type: ignore[arg-type]
         yield
 
 
@@ -80,7 +80,7 @@ def pattern_graph_cache(backend: Backend, lowering: str) -> contextlib.AbstractC
     partition, and each partitioned program is recompiled once instead of once per partition
     (``worker.lower.fast.switch``), each lever only while it is active; the lowered program is
     byte-identical."""
-    if lowering != "fast" or backend.name != "vulkan":
+    if lowering != "fast" or not backend.fast_levers:
         return contextlib.nullcontext()
     from worker.lower.fast.switch import fast_lowering
 
@@ -153,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     backend = get_backend(args.backend)
     args.out.mkdir(parents=True, exist_ok=True)
     manifest = json.loads((args.trace_dir / "trace.json").read_text())
-    if args.lowering == "fast" and backend.name == "vulkan":
+    if args.lowering == "fast" and backend.fast_levers:
         from worker.lower.fast.levers import lever_states
 
         log.emit("levers", states=lever_states())

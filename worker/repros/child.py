@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from worker.child.events import EventLog
+from worker.lower.backends import all_backends
 
 
 class _CurrentStderr:
@@ -41,10 +42,7 @@ def _import_backends() -> None:
     import executorch.exir  # noqa: F401
     import torch  # noqa: F401
 
-    for module in (
-        "executorch.backends.vulkan.partitioner.vulkan_partitioner",
-        "executorch.backends.xnnpack.partition.xnnpack_partitioner",
-    ):
+    for module in dict.fromkeys(m for b in all_backends().values() for m in b.partitioner_modules):
         with contextlib.suppress(ImportError):
             importlib.import_module(module)
     for handler in logging.getLogger().handlers:

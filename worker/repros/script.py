@@ -4,7 +4,8 @@ delegated.
 
 The script needs only torch and the executorch wheel (no coverfarm, no GPU). Its last line is one JSON
 object, ``{"op": ..., "reason": ..., "delegated": ...}``, which ``worker.repros.verify`` reads; the
-lines before it say the same for a person. Generating the text needs no torch.
+lines before it say the same for a person. Each backend's template is its lowering module's
+(``worker.lower.backends.<name>``). Generating the text needs no torch.
 """
 
 from __future__ import annotations
@@ -12,91 +13,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from worker.lower.backends import all_backends, get_backend
+
 VERDICT_PREFIX = "verdict: "
 
 FLOAT_DTYPES = {"float16", "bfloat16", "float32", "float64", "complex64", "complex128"}
 
-# Per backend: the imports, the partitioner expression, and a function that returns the support
-# check's reason for refusing a node of OP (None when it accepted, or was never asked).
-_BACKENDS: dict[str, tuple[str, str, str]] = {
-    "vulkan": (
-        "from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner",
-        "VulkanPartitioner()",
-        '''
-
-class Reasons(logging.Handler):
-    """VulkanSupportedOperators.log_skip logs "Due to [reason], skipping <node>" at INFO on the root
-    logger: collect the reasons given for nodes of OP."""
-
-    def __init__(self):
-        super().__init__(level=logging.INFO)
-        self.seen = []
-
-    def emit(self, record):
-        pattern = r"\\[Vulkan Partitioner\\] Due to \\[(.*)\\], skipping (.*)"
-        found = re.match(pattern, record.getMessage(), re.S)
-        if found and f" = {OP_NAME}(" in found.group(2):
-            self.seen.append(found.group(1))
-
-
-def lower_and_ask(ep):
-    reasons = Reasons()
-    root = logging.getLogger()
-    level = root.level
-    root.addHandler(reasons)
-    root.setLevel(logging.INFO)
-    try:
-        edge = to_edge_transform_and_lower(ep, partitioner=[PARTITIONER])
-    finally:
-        root.removeHandler(reasons)
-        root.setLevel(level)
-    return edge, (reasons.seen[-1] if reasons.seen else None)
-''',
-    ),
-    "xnnpack": (
-        "from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner\n"
-        "from executorch.exir.backend.canonical_partitioners.config_partitioner import format_target_name",
-        "XnnpackPartitioner()",
-        '''
-
-class Reasons(logging.Handler):
-    """XNNPACK's partitioner configs log a WhyNoPartition (node, reason) at DEBUG when they refuse a
-    node: collect those given for nodes of OP."""
-
-    def __init__(self):
-        super().__init__(level=logging.DEBUG)
-        self.seen = []
-
-    def emit(self, record):
-        node, reason = getattr(record.msg, "node", None), getattr(record.msg, "reason", None)
-        if isinstance(reason, str) and getattr(node, "target", None) is not None:
-            if str(getattr(node.target, "__name__", node.target)) == OP_NAME:
-                self.seen.append(reason)
-
-
-def lower_and_ask(ep):
-    reasons = Reasons()
-    root = logging.getLogger()
-    level = root.level
-    root.addHandler(reasons)
-    root.setLevel(logging.DEBUG)
-    try:
-        edge = to_edge_transform_and_lower(ep, partitioner=[PARTITIONER])
-    finally:
-        root.removeHandler(reasons)
-        root.setLevel(level)
-    if reasons.seen:
-        return edge, reasons.seen[-1]
-    if format_target_name(OP_NAME) not in PARTITIONER.target_partitioner_configs:
-        return edge, "no operator implementation"
-    return edge, None
-''',
-    ),
-}
-
 
 def supported_backends() -> list[str]:
-    return sorted(_BACKENDS)
+    return sorted(all_backends())
 
 
 def _tensor_expr(spec: dict[str, Any]) -> str:
@@ -130,11 +55,12 @@ class _Writer:
 
 def repro_text(example: dict[str, Any], backend: str, reason: str) -> str:
     """The standalone repro of one blocker group, from its representative node's description."""
-    if backend not in _BACKENDS:
+    if backend not in supported_backends():
         raise ValueError(f"no repro template for backend {backend!r}")
     if "unsupported" in example:
         raise ValueError(f"{example['op']} cannot be written as a one-op module: {example['unsupported']}")
-    imports, partitioner, ask = _BACKENDS[backend]
+    template = get_backend(backend).repro
+    imports, partitioner, ask = template.imports, template.partitioner, template.ask
     writer = _Writer()
     call = [writer.arg(arg) for arg in example["args"]]
     call += [f"{key}={writer.arg(arg)}" for key, arg in example["kwargs"].items()]

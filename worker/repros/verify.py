@@ -16,11 +16,12 @@ import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from coverfarm import backends
 from coverfarm.hostlock import host_lock
 from coverfarm.result import Repro
 from coverfarm.versions import versions
 from worker.child.bounded import run_bounded
-from worker.lower.backends import LEFT_OUT, canonical_reason
+from worker.lower.backends.reasons import LEFT_OUT, canonical_reason
 from worker.repros.script import VERDICT_PREFIX
 
 START_BOUND_S = 300.0  # importing torch and executorch in the child, before the first repro
@@ -43,7 +44,7 @@ def default_repro_cache() -> Path:
 
 
 def cache_key(text: str) -> str:
-    pinned = {k: v for k, v in versions().items() if k != "coverfarm"}
+    pinned = {k: v for k, v in versions(*backends.names()).items() if k != "coverfarm"}
     blob = json.dumps({"text": text, "versions": pinned}, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()
 

@@ -1,9 +1,10 @@
-"""Choose which capability partitioner ``VulkanPartitioner.partition`` runs, and observe its support check.
+"""Choose which capability partitioner a backend's partitioner runs, and observe its support check.
 
 ``VulkanPartitioner.partition`` builds its partitioner through the module-level name
-``CapabilityBasedPartitioner`` of ``executorch.backends.vulkan.partitioner.vulkan_partitioner``. Inside
-``capability_partitioner(impl)`` that name is bound to a factory for the chosen implementation and
-restored on exit:
+``CapabilityBasedPartitioner`` of ``executorch.backends.vulkan.partitioner.vulkan_partitioner``, and
+``OpenvinoPartitioner.partition`` through that of ``executorch.backends.openvino.partitioner`` (the
+backend's ``capability_module``). Inside ``capability_partitioner(impl, module=...)`` that name is
+bound to a factory for the chosen implementation and restored on exit:
 
 * ``"stock"``: torch.fx's own ``CapabilityBasedPartitioner``, unchanged (only wrapped, for the callback);
 * ``"fast"``: ``ExactCapabilityPartitioner``, which proposes the same partitions with the same ids.
@@ -15,11 +16,11 @@ in LIFO order.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Literal
 
-import executorch.backends.vulkan.partitioner.vulkan_partitioner as vulkan_partitioner_module
 from torch.fx.graph_module import GraphModule
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
@@ -27,6 +28,8 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from worker.lower.fast.exact_partitioner import ExactCapabilityPartitioner
 
 __all__ = ["PartitionerImpl", "SupportCallback", "capability_partitioner"]
+
+VULKAN_MODULE = "executorch.backends.vulkan.partitioner.vulkan_partitioner"
 
 PartitionerImpl = Literal["stock", "fast"]
 SupportCallback = Callable[[OperatorSupportBase], None]
@@ -39,12 +42,13 @@ _IMPLEMENTATIONS: dict[str, type[CapabilityBasedPartitioner]] = {
 
 @contextmanager
 def capability_partitioner(
-    impl: PartitionerImpl, on_support: SupportCallback | None = None
+    impl: PartitionerImpl, on_support: SupportCallback | None = None, module: str = VULKAN_MODULE
 ) -> Iterator[None]:
-    """Within the block, ``VulkanPartitioner.partition`` uses ``impl``; ``on_support`` sees its check.
+    """Within the block, the partitioner of ``module`` (``VulkanPartitioner.partition`` by default)
+    uses ``impl``; ``on_support`` sees its check.
 
-    ``on_support`` is called with the operator-support object (``VulkanSupportedOperators``) each time
-    the partitioner is constructed, before partitioning starts.
+    ``on_support`` is called with the operator-support object (``VulkanSupportedOperators``,
+    ``OpenvinoOperatorsSupport``) each time the partitioner is constructed, before partitioning starts.
     """
     if impl not in _IMPLEMENTATIONS:
         raise ValueError(
@@ -71,9 +75,10 @@ def capability_partitioner(
             skip_horizontal_fusion=skip_horizontal_fusion,
         )
 
-    saved = vulkan_partitioner_module.CapabilityBasedPartitioner
-    vulkan_partitioner_module.CapabilityBasedPartitioner = build
+    partitioner_module = importlib.import_module(module)
+    saved = getattr(partitioner_module, "CapabilityBasedPartitioner")  # noqa: B009
+    setattr(partitioner_module, "CapabilityBasedPartitioner", build)  # noqa: B010
     try:
         yield
     finally:
-        vulkan_partitioner_module.CapabilityBasedPartitioner = saved
+        setattr(partitioner_module, "CapabilityBasedPartitioner", saved)  # noqa: B010

@@ -1,64 +1,30 @@
-"""The ExecuTorch backends coverfarm measures: their partitioners and their own per-node support checks.
+"""How a backend's per-node answers are gathered: the reasons its own support check gives.
 
-Each backend answers, for every node of an edge graph, whether its partitioner's own support check
-accepts it and, if not, the reason that check gives (the text the partitioner logs). Nothing here
-decides support itself: Vulkan's reasons come from the ``VulkanSupportedOperators`` object that
-``VulkanPartitioner.partition`` builds (observed through ``capability_partitioner``), XNNPACK's from its
-partitioner configs and their ``WhyNoPartition`` reports.
+Nothing here decides support itself. A partitioner that builds a torch.fx ``CapabilityBasedPartitioner``
+(Vulkan's, OpenVINO's) is asked through the ``OperatorSupportBase`` object it builds
+(``capability_reasons``): its reason is what the check reports while it refuses the node, through its
+``log_skip`` hook (``VulkanSupportedOperators``) or on stdout (``OpenvinoOperatorsSupport`` prints
+"Op not supported: torch.ops.<op>"). XNNPACK's come from its partitioner configs and their
+``WhyNoPartition`` reports (``xnnpack_reasons``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import re
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 
 import torch
 from executorch.exir.backend.partitioner import Partitioner
 from torch.export import ExportedProgram
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from coverfarm.errors import UserError
-
 # node -> None when the support check accepts it, else the check's reason for refusing it
 Reasons = dict[torch.fx.Node, str | None]
 
 NO_IMPLEMENTATION = "no operator implementation"
-
-
-@dataclass(frozen=True)
-class Backend:
-    name: str
-    # force_fp16: the Vulkan partitioner's compile option; no other backend takes it
-    make_partitioner: Callable[..., Partitioner]
-    uses_capability_partitioner: bool  # partitions through torch.fx's CapabilityBasedPartitioner
-
-
-def _vulkan_partitioner(force_fp16: bool = False) -> Partitioner:
-    from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
-
-    return VulkanPartitioner({"force_fp16": True}) if force_fp16 else VulkanPartitioner()
-
-
-def _xnnpack_partitioner() -> Partitioner:
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-
-    return XnnpackPartitioner()
-
-
-BACKENDS: dict[str, Backend] = {
-    "vulkan": Backend("vulkan", _vulkan_partitioner, uses_capability_partitioner=True),
-    "xnnpack": Backend("xnnpack", _xnnpack_partitioner, uses_capability_partitioner=False),
-}
-
-
-def get_backend(name: str) -> Backend:
-    try:
-        return BACKENDS[name]
-    except KeyError:
-        raise UserError(f"unknown backend {name!r}; known: {', '.join(sorted(BACKENDS))}") from None
 
 
 _SET_LITERAL = re.compile(r"\{([^{}]*)\}")
@@ -84,7 +50,8 @@ def capability_reasons(support: OperatorSupportBase, graph_module: torch.fx.Grap
     """Ask a CapabilityBasedPartitioner's support check about every call_function node, with reasons.
 
     The check is called unchanged; only its ``log_skip`` hook (where VulkanSupportedOperators reports
-    the reason it refuses a node) is observed for the duration of the call.
+    the reason it refuses a node) and what it prints (OpenvinoOperatorsSupport's "Op not supported: …")
+    are observed for the duration of the call; the last thing it said is the reason.
     """
     submodules = dict(graph_module.named_modules())
     said: list[str] = []
@@ -97,14 +64,17 @@ def capability_reasons(support: OperatorSupportBase, graph_module: torch.fx.Grap
             if node.op != "call_function":
                 continue
             said.clear()
+            printed = io.StringIO()
             try:
-                accepted = support.is_node_supported(submodules, node)
+                with contextlib.redirect_stdout(printed):
+                    accepted = support.is_node_supported(submodules, node)
             except Exception as error:
                 # The backend's own check crashed: that is the finding; say on which node.
                 error.add_note(
                     f"raised by {type(support).__name__}.is_node_supported on {node.format_node()}"
                 )
                 raise
+            said.extend(line.strip() for line in printed.getvalue().splitlines() if line.strip())
             reasons[node] = (
                 None if accepted else canonical_reason(said[-1] if said else "refused by the support check")
             )
