@@ -152,6 +152,12 @@ def run_bundle(args: argparse.Namespace) -> int:
     return 0 if result.status == "ok" else 1
 
 
+def _interval(latency: dict[str, Any]) -> list[float] | None:
+    """The latency's interval, the range of its replica medians (coverfarm.latency_interval)."""
+    medians = [r["median_ms"] for r in latency.get("replicas") or []]
+    return [min(medians), max(medians)] if len(medians) > 1 else None
+
+
 def _summary(doc: dict[str, Any]) -> dict[str, Any]:
     latency = doc.get("latency") or {}
     return {
@@ -168,6 +174,7 @@ def _summary(doc: dict[str, Any]) -> dict[str, Any]:
         "stable": latency.get("stable"),
         "unstable_reasons": latency.get("unstable_reasons"),
         "replica_medians_ms": [r["median_ms"] for r in latency.get("replicas") or []],
+        "interval_ms": _interval(latency),
         "load_ms": latency.get("load_ms"),
         "libtorch_mapped": doc["libtorch_mapped"],
     }

@@ -1,5 +1,5 @@
 """What the reports take from the device side: the device columns' texts of a sweep's cells
-(``device_cells``, from the cells' views), latency samples for the diff, and the runtime build and eager
+(``device_cells``, from the cells' views), latency intervals for the diff, and the runtime build and eager
 baseline behind each device class."""
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ from coverfarm import runtime_repros, tracker
 from coverfarm.cell_build import Cell as CellInput
 from coverfarm.cell_build import device_columns
 from coverfarm.device_result import short_message
+from coverfarm.latency_interval import LatencyInterval, interval_of
 from coverfarm.result import Options
 from orchestrator.devices.grid import baselines, device_inputs, runs
 from orchestrator.models import Cell, Sweep
 from orchestrator.sweeps.service import cpu_jobs
 
-# cell id -> {device class: latency samples in ms}
-Samples = dict[int, dict[str, list[float]]]
+# cell id -> {device class: its latency's figure and interval}
+Intervals = dict[int, dict[str, LatencyInterval]]
 
 
 def device_cells(session: Session, sweep: Sweep) -> dict[tuple[str, str], dict[str, str]]:
@@ -33,12 +34,12 @@ def device_cells(session: Session, sweep: Sweep) -> dict[tuple[str, str], dict[s
     return texts
 
 
-def device_samples(session: Session, sweep: Sweep) -> Samples:
-    """The latency samples of every successful device run of the sweep's cells."""
-    found: Samples = {}
+def device_intervals(session: Session, sweep: Sweep) -> Intervals:
+    """The latency of every successful device run of the sweep's cells, judged from its replicas."""
+    found: Intervals = {}
     for (cell_id, device_class), run in runs(session, sweep.cells).items():
-        if run.status == "ok" and run.latency is not None and run.latency.samples_ms:
-            found.setdefault(cell_id, {})[device_class] = list(run.latency.samples_ms)
+        if run.status == "ok" and run.latency is not None:
+            found.setdefault(cell_id, {})[device_class] = interval_of(run.latency)
     return found
 
 

@@ -72,16 +72,16 @@ class BlockersReport(BaseModel):
 
 class LatencyChange(BaseModel):
     """A device latency change of one cell and class, and whether it counts (``flagged``): beyond both
-    runs' spread, and so in two consecutive sweeps of the same cell (policy, backend, options, device
-    class and stack). One sweep beyond the spread is ``beyond_spread`` with ``consecutive`` 1: noted,
-    not counted until the next sweep of the same cell shows it too."""
+    runs' intervals (the ranges of their replica medians), and so in two consecutive sweeps of the same
+    cell (policy, backend, options, device class and stack). One sweep beyond them is ``beyond_spread``
+    with ``consecutive`` 1: noted, not counted until the next sweep of the same cell shows it too."""
 
     device_class: str
     median_a_ms: float | None
     median_b_ms: float | None
     flagged: bool
     why: str
-    beyond_spread: bool = False  # this pair of runs: their p10-p90 ranges do not overlap
+    beyond_spread: bool = False  # this pair of runs: their intervals (replica medians' ranges) do not overlap
     direction: Literal["slower", "faster"] | None = None  # of b against a, when beyond the spread
     consecutive: int = 0  # consecutive sweeps of the same cell beyond a's spread, in the same direction
     sweeps: list[int] = []  # those sweeps, oldest first

@@ -49,8 +49,8 @@ def cells_text(sessions: sessionmaker[Session], sweep_id: int) -> dict[tuple[str
 
 
 def timed(text: str) -> bool:
-    """A run that passed with its median: "✓ 2.5 ms", or "~2.5 ms" when its samples were not stable
-    (these tiny bundles on a shared host often are not)."""
+    """A run that passed with its figure: "✓ 2.5 ms", or "~2.5 ms" when its replicas' interval is wide or
+    missing (these tiny bundles on a shared host often are)."""
     return re.fullmatch(r"(✓ |~)[0-9.]+ ms", text) is not None
 
 
