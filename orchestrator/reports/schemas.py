@@ -137,8 +137,11 @@ class ColumnValue(BaseModel):
     total: int | None = None
     share: float | None = None  # part / total
     count: int | None = None  # programs (connected groups when the kind is "unknown")
-    median_ms: float | None = None  # device columns
+    median_ms: float | None = None  # device columns: the figure (median of the replica medians)
+    interval_ms: list[float] | None = None  # its interval, the replica medians' range; None: none
     speedup: float | None = None
+    speedup_interval: list[float] | None = None  # the speed-up's interval; None: none
+    speedup_narrow: bool | None = None  # that interval lies within the rules' width of it
     off_release: str | None = None  # the run's runtime, when it is not the stack's release
     cause: str | None = None
 
