@@ -179,7 +179,8 @@ def device_hint(device_class: str, column: Column) -> str:
     latency = column.latency
     parts = []
     if latency is not None and latency.median_ms is not None:
-        figure = interval_text(latency) or f"no interval ({latency.replicas} replicas)"
+        count = f"{latency.replicas} replica{'' if latency.replicas == 1 else 's'}"
+        figure = interval_text(latency) or f"no interval ({count})"
         parts.append(
             figure + (f", per-sample CV {latency.cv:.0%} (jitter)" if latency.cv is not None else "")
         )

@@ -85,6 +85,7 @@ def test_fewer_than_two_replicas_have_no_interval_and_say_so() -> None:
     ]
     text, kind, hint = cell_text(device([100.0]), eager([400.0, 410.0, 405.0]))
     assert (text, kind) == ("~100 ms (~4.0×, no interval)", Kind.UNSTABLE)
+    assert hint.startswith(f"{CLASS}: no interval (1 replica), per-sample CV")
     assert "no interval: the device run has 1 replica: no interval (needs at least 2)" in hint
 
 
