@@ -107,7 +107,11 @@ def one_seed(seed: int, args: argparse.Namespace) -> Speedup | None:
           f"{eager.free_cores} free cores of {eager.cores})")  # fmt: skip
     verdict = speedup(eager, result)
     if verdict.value is not None:
-        print(f"  speed-up  {verdict.value:.2f}x (eager median / runner median)")
+        span = (
+            f" [{verdict.low:.2f}–{verdict.high:.2f}]" if verdict.low and verdict.high else " (no interval)"
+        )
+        known = "known" if verdict.narrow else "not known: " + "; ".join(verdict.reasons)
+        print(f"  speed-up  {verdict.value:.2f}x{span} (eager figure / runner figure; {known})")
     else:
         print(f"  speed-up  none: {'; '.join(verdict.reasons)}")
     return verdict

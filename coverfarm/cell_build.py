@@ -15,6 +15,7 @@ from coverfarm import device_classes
 from coverfarm.baseline import BaselineResult, speedup
 from coverfarm.cell_view import CellView, Column, Kind, Latency, OffRelease, Share
 from coverfarm.device_result import DeviceResult
+from coverfarm.latency_interval import interval_of
 from coverfarm.result import Options, ResultDocument, StageStatus, error_line
 from coverfarm.stacks import DEFAULT_STACK
 
@@ -162,14 +163,24 @@ def _run(device: DeviceInput, release: str | None) -> Column:
     latency = run.latency
     if latency is None:
         return Column(Kind.VALUE, latency=Latency(None), off_release=flag)
-    if not latency.stable:
-        return Column(Kind.UNSTABLE, latency=Latency(latency.median_ms, cv=latency.cv), off_release=flag)
+    # Judged now from the stored replicas (coverfarm.latency_interval), whatever rules it was timed under.
+    judged = interval_of(latency)
     waits = baseline is None and device.baseline_waits
-    # Only from two trusted measurements of one runner on one host (coverfarm.baseline.speedup).
+    # Only from two measurements of one runner on one host (coverfarm.baseline.speedup).
     verdict = speedup(baseline, run, device.baseline_runner_id, device.run_runner_id)
-    why = None if verdict.allowed or baseline is None else "no speed-up: " + "; ".join(verdict.reasons)
-    timed = Latency(latency.median_ms, verdict.value, waits, latency.cv)
-    return Column(Kind.VALUE, latency=timed, cause=why, off_release=flag)
+    timed = Latency(
+        judged.figure_ms, verdict.value, waits, latency.cv, judged.low_ms, judged.high_ms, judged.replicas,
+        verdict.low, verdict.high, verdict.narrow,
+    )  # fmt: skip
+    why = []
+    if judged.reason is not None:
+        why.append(f"latency not known within ±{judged.width:.0%}: {judged.reason}")
+    if not verdict.narrow and not waits:
+        lead = f"speed-up not known within ±{judged.width:.0%}: " if verdict.allowed else "no speed-up: "
+        why.append(lead + "; ".join(verdict.reasons))
+    why += verdict.notes
+    kind = Kind.VALUE if judged.narrow else Kind.UNSTABLE
+    return Column(kind, latency=timed, cause="; ".join(why) or None, off_release=flag)
 
 
 def _device(cell: Cell, device: DeviceInput) -> Column:

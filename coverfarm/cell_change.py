@@ -101,7 +101,7 @@ def count_change(before: Column, after: Column) -> ColumnChange:
 
 def device_change(before: Column, after: Column) -> ColumnChange:
     """A device run: whether it now runs (or no longer does); two latencies are a ratio, not judged here
-    (whether a latency change counts is the sweep diff's, over the runs' spread and history)."""
+    (whether a latency change counts is the sweep diff's, over the runs' intervals and history)."""
     old, new = (column.latency.median_ms if column.latency else None for column in (before, after))
     if before.kind is after.kind and old and new is not None:
         ratio = new / old

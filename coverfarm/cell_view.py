@@ -30,7 +30,7 @@ class Kind(StrEnum):
     NOT_APPLICABLE = "not_applicable"  # nothing to show: cancelled, no bundle, another backend's class
     NO_DEVICE = "no_device"  # no runner of the device class is enrolled
     NO_WORKER = "no_worker"  # queued, and no live CPU worker of the cell's stack or memory class takes it
-    UNSTABLE = "unstable"  # a device latency whose samples are not stable: no speed-up
+    UNSTABLE = "unstable"  # a device latency whose interval is wide, or that has none (too few replicas)
 
 
 @dataclass(frozen=True)
@@ -47,12 +47,19 @@ class Share:
 
 @dataclass(frozen=True)
 class Latency:
-    """A device run's median per action chunk, and how it compares with eager PyTorch."""
+    """A device run's figure per action chunk with its interval, and how it compares with eager PyTorch
+    (``coverfarm.latency_interval``, ``coverfarm.baseline.speedup``)."""
 
-    median_ms: float | None  # None: the run recorded no timing
-    speedup: float | None = None  # the eager baseline's median over this one; None: not both stable
+    median_ms: float | None  # the figure (median of the replica medians); None: no timing recorded
+    speedup: float | None = None  # eager figure over this one; None: the two may not be divided
     baseline_waits: bool = False  # the baseline job is still to run
-    cv: float | None = None  # the samples' coefficient of variation
+    cv: float | None = None  # the samples' coefficient of variation (jitter, not uncertainty)
+    low_ms: float | None = None  # the interval (smallest and largest replica median); None: none
+    high_ms: float | None = None
+    replicas: int = 0
+    speedup_low: float | None = None  # the speed-up's interval; None: a side has no interval
+    speedup_high: float | None = None
+    speedup_narrow: bool = False  # its interval lies within the rules' width of it
 
 
 @dataclass(frozen=True)

@@ -122,16 +122,18 @@ class FramesCheck(BaseModel):
 
 
 class TimingRules(BaseModel):
-    """How a latency is measured and when it is trusted. The defaults are the farm's settings
+    """How a latency is measured and how well it must be known. The defaults are the farm's settings
     (``COVERFARM_TIMING__<FIELD>``, ``coverfarm.settings``); every latency records the rules it met.
 
     Each replica (a fresh process) runs up to ``warmup`` untimed chunks (fewer when they already took
     ``min_s``), then times chunks until it has at least ``min_chunks`` and ``min_s`` seconds of them,
     stopping at ``max_s`` seconds or ``max_chunks`` chunks whatever it has. Chunks too short to time one
     at a time (under ``min_sample_ms``, or too short to reach ``min_s`` within half of ``max_chunks``) are
-    timed in groups, one sample per group, and the counts are then of samples. A measurement is stable
-    when it has ``replicas`` replicas, each with a coefficient of variation at most ``max_cv``, whose
-    medians agree within ``replica_tolerance`` (largest over smallest, minus one).
+    timed in groups, one sample per group, and the counts are then of samples. A latency is ``replicas``
+    such processes: its figure is the median of their medians and its interval the range of their
+    medians (``coverfarm.latency_interval``). A latency, or a speed-up divided from two, is known when
+    that interval lies within ``interval_width`` (a fraction) either side of its figure; the per-sample
+    CV, p90 and min describe jitter and judge nothing.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -143,9 +145,9 @@ class TimingRules(BaseModel):
     max_chunks: int = Field(1000, ge=1)
     # A sample shorter than this times several consecutive chunks together (gpu_runner.stats.timed_loop).
     min_sample_ms: float = Field(1.0, ge=0)
-    replicas: int = Field(2, ge=1)
-    max_cv: float = Field(0.05, gt=0)
-    replica_tolerance: float = Field(0.05, gt=0)
+    replicas: int = Field(5, ge=1)
+    # An interval within ± this fraction of its figure is narrow: the figure (or speed-up) is known.
+    interval_width: float = Field(0.10, gt=0, lt=1)
     # cycle: timed chunk i runs frame i mod frames (both sides of a speed-up do); frame0: frame 0 only
     inputs: Literal["cycle", "frame0"] = "cycle"
 
@@ -215,8 +217,11 @@ class LatencyStats(BaseModel):
 
     A sample includes handing numpy arrays to the runtime (zero-copy) and taking its outputs back (one
     copy each), as the runner does for real; it excludes loading, which ``load_ms`` measures apart.
-    The summary is over every replica's samples together; ``stable`` says whether the number may be
-    trusted (``unstable_reasons`` why not): a speed-up needs two stable measurements.
+    The summary (median, p90, min, mean, CV) is over every replica's samples together and describes
+    jitter. How well the latency is known comes from its replicas (``coverfarm.latency_interval``, judged
+    whenever the document is read); ``stable`` and ``unstable_reasons`` are the verdict given when it
+    was measured, under the rules version ``judgement`` (None: version 1, which gated on each replica's
+    CV and the replicas' agreement).
     """
 
     warmup: int
@@ -236,6 +241,7 @@ class LatencyStats(BaseModel):
     replicas: list[Replica] = Field(default_factory=list)
     replica_spread: float | None = None  # largest replica median over the smallest, minus one
     unstable_reasons: list[str] = Field(default_factory=list)
+    judgement: int | None = None  # the rules version of ``stable`` (None: 1, before intervals)
 
 
 class ProgramLoad(BaseModel):

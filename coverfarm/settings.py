@@ -29,7 +29,7 @@ ADMIN_TOKEN_FILE = "admin-token"
 
 
 class Settings(BaseSettings):
-    # Nested: COVERFARM_TIMING__MAX_CV=0.03 sets timing.max_cv.
+    # Nested: COVERFARM_TIMING__INTERVAL_WIDTH=0.05 sets timing.interval_width.
     model_config = SettingsConfigDict(env_prefix="COVERFARM_", env_nested_delimiter="__", extra="ignore")
 
     home: Path = Field(default_factory=lambda: Path("~/.coverfarm").expanduser())

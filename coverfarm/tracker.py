@@ -22,7 +22,7 @@ FAILED = "❌"
 PENDING = "⏳"
 SLOW = "slow"
 BOUND = "≤"
-ABOUT = "~"  # a latency whose samples are not stable
+ABOUT = "~"  # a latency or speed-up whose interval is wide or unknown
 NOT_APPLICABLE = "-"
 NO_DEVICE = "no device"
 NO_WORKER = "no worker"
@@ -37,7 +37,7 @@ KIND_HINTS = {
     Kind.UNKNOWN: "partition count unknown; connected groups are not a bound",
     Kind.NO_DEVICE: "no runner of this device class is registered",
     Kind.NO_WORKER: "no live CPU worker of the cell's stack and memory class",
-    Kind.UNSTABLE: "the latency samples are not stable: no speed-up",
+    Kind.UNSTABLE: "the latency's interval (its replica medians) is wide, or it has too few replicas",
 }
 BEING_MEASURED = "being measured"
 _PLAIN = {
@@ -110,22 +110,35 @@ def export_text(column: Column) -> str:
     return _PLAIN[column.kind]
 
 
-def _latency_text(latency: Latency) -> str:
+def ratio(value: float) -> str:
+    """A speed-up: one decimal from 1 up ("2.4"), two significant digits below ("0.02")."""
+    return f"{value:.1f}" if value >= 1 else f"{value:.2g}"
+
+
+def speedup_text(latency: Latency) -> str:
+    """ "(2.4×, 2.2–2.6)" when its interval is narrow, "(~2.4×, 1.6–3.3 wide)" when it is not,
+    "(~2.4×, no interval)" when a side has fewer than 2 replicas, "(baseline ⏳)", or nothing."""
+    if latency.speedup is None:
+        return f" (baseline {PENDING})" if latency.baseline_waits else ""
+    shown = f"{ratio(latency.speedup)}×"
+    if latency.speedup_low is None or latency.speedup_high is None:
+        return f" ({ABOUT}{shown}, no interval)"
+    span = f"{ratio(latency.speedup_low)}–{ratio(latency.speedup_high)}"
+    return f" ({shown}, {span})" if latency.speedup_narrow else f" ({ABOUT}{shown}, {span} wide)"
+
+
+def _latency_text(latency: Latency, known: bool) -> str:
     if latency.median_ms is None:
         return DONE
-    text = f"{DONE} {milliseconds(latency.median_ms)}"
-    if latency.speedup is not None:
-        text += f" ({latency.speedup:.1f}×)"
-    elif latency.baseline_waits:
-        text += f" (baseline {PENDING})"
-    return text
+    figure = (
+        f"{DONE} {milliseconds(latency.median_ms)}" if known else f"{ABOUT}{milliseconds(latency.median_ms)}"
+    )
+    return figure + speedup_text(latency)
 
 
 def _device_text(column: Column) -> str:
-    if column.kind is Kind.VALUE and column.latency is not None:
-        return _latency_text(column.latency)
-    if column.kind is Kind.UNSTABLE and column.latency is not None and column.latency.median_ms is not None:
-        return f"{ABOUT}{milliseconds(column.latency.median_ms)}"
+    if column.kind in (Kind.VALUE, Kind.UNSTABLE) and column.latency is not None:
+        return _latency_text(column.latency, column.kind is Kind.VALUE)
     if column.kind is Kind.FAILED:
         return f"{FAILED} {column.cause or 'failed'}"
     if column.kind is Kind.NO_DEVICE:
@@ -134,7 +147,8 @@ def _device_text(column: Column) -> str:
 
 
 def device_text(column: Column) -> str:
-    """A device cell: "✓ 12.3 ms (4.1×)", "~25 ms" (samples not stable), "❌ cause", "⏳", "no device";
+    """A device cell: "✓ 12.3 ms (4.1×, 3.9–4.3)" (figure and speed-up known), "✓ 12.3 ms (~4.1×, 2.9–5.3
+    wide)", "~25 ms" (its own interval wide or missing), "❌ cause", "⏳", "no device";
     "⚠ runtime 1.5.0" after it when the run's runtime is not the stack's release, "↺" when the run is a
     stored one of the cell's reuse key."""
     text = _device_text(column)
@@ -154,19 +168,32 @@ def off_release_hint(flag: OffRelease) -> str:
     return f"ExecuTorch runtime {flag.runtime}, not the stack's release {flag.release}"
 
 
+def interval_text(latency: Latency) -> str | None:
+    """ "replica medians 30.9–31.3 ms (5 replicas)", or None without an interval."""
+    if latency.low_ms is None or latency.high_ms is None:
+        return None
+    return f"replica medians {latency.low_ms:.4g}–{latency.high_ms:.4g} ms ({latency.replicas} replicas)"
+
+
 def device_hint(device_class: str, column: Column) -> str:
-    """A device column's tooltip: its class, for a latency that is not stable its spread, and a
-    runtime that is not the stack's release."""
+    """A device column's tooltip: its class, the latency's interval and jitter, why it has no narrow
+    speed-up (the column's cause), and a runtime that is not the stack's release."""
     latency = column.latency
-    hint = device_class
-    if column.kind is Kind.UNSTABLE and latency is not None and latency.cv is not None:
-        hint = f"{device_class}: samples not stable (CV {latency.cv:.0%}), no speed-up"
+    parts = []
+    if latency is not None and latency.median_ms is not None:
+        count = f"{latency.replicas} replica{'' if latency.replicas == 1 else 's'}"
+        figure = interval_text(latency) or f"no interval ({count})"
+        parts.append(
+            figure + (f", per-sample CV {latency.cv:.0%} (jitter)" if latency.cv is not None else "")
+        )
     flag = column.off_release
     if flag is not None:
-        hint = f"{hint}: {off_release_hint(flag)}" + (f" ({flag.note})" if flag.note else "")
+        parts.append(off_release_hint(flag) + (f" ({flag.note})" if flag.note else ""))
+    if latency is not None and column.cause:
+        parts.append(column.cause)
     if column.reused:
-        hint = f"{hint}: {REUSED} the stored run of an earlier cell of the same reuse key and bundle"
-    return hint
+        parts.append(f"{REUSED} the stored run of an earlier cell of the same reuse key and bundle")
+    return f"{device_class}: " + "; ".join(parts) if parts else device_class
 
 
 def coverage_texts(view: CellView) -> list[str]:

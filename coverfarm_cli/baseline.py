@@ -92,14 +92,18 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(result.model_dump_json(indent=2))
     elif result.latency is not None:
+        from coverfarm.latency_interval import interval_of
+
         lat = result.latency
-        verdict = "stable" if lat.stable else "unstable: " + "; ".join(lat.unstable_reasons)
+        judged = interval_of(lat)
+        span = f" [{judged.low_ms:.1f}–{judged.high_ms:.1f}]" if judged.low_ms and judged.high_ms else ""
+        verdict = f"known within ±{judged.width:.0%}" if judged.narrow else f"not known: {judged.reason}"
         medians = ", ".join(f"{r.median_ms:.1f}" for r in lat.replicas)
         print(
             f"{result.policy}: eager PyTorch {result.torch_version} on {result.threads} CPU threads "
-            f"({result.free_cores} of {result.cores} cores free): median {lat.median_ms:.1f} ms, p90 "
-            f"{lat.p90_ms:.1f} ms, min {lat.min_ms:.1f} ms per chunk (CV {lat.cv:.3f}; replica medians "
-            f"{medians} ms; {verdict}; {lat.iterations} timed)"
+            f"({result.free_cores} of {result.cores} cores free): {judged.figure_ms:.1f}{span} ms per chunk "
+            f"(replica medians {medians} ms; {verdict}; jitter: p90 {lat.p90_ms:.1f} ms, min "
+            f"{lat.min_ms:.1f} ms, CV {lat.cv:.3f}; {lat.iterations} timed)"
         )
     if result.status != "ok":
         cause = error_line(result.error) or "no cause given"

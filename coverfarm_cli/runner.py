@@ -177,6 +177,12 @@ def not_ok(result: DeviceResult) -> str:
     return one_line(f"{result.status}{kind}: {cause}")
 
 
+def _interval(latency: dict[str, Any]) -> list[float] | None:
+    """The latency's interval, the range of its replica medians (coverfarm.latency_interval)."""
+    medians = [r["median_ms"] for r in latency.get("replicas") or []]
+    return [min(medians), max(medians)] if len(medians) > 1 else None
+
+
 def _summary(doc: dict[str, Any]) -> dict[str, Any]:
     latency = doc.get("latency") or {}
     return {
@@ -193,6 +199,7 @@ def _summary(doc: dict[str, Any]) -> dict[str, Any]:
         "stable": latency.get("stable"),
         "unstable_reasons": latency.get("unstable_reasons"),
         "replica_medians_ms": [r["median_ms"] for r in latency.get("replicas") or []],
+        "interval_ms": _interval(latency),
         "load_ms": latency.get("load_ms"),
         "libtorch_mapped": doc["libtorch_mapped"],
     }

@@ -20,7 +20,7 @@ from fastapi.templating import Jinja2Templates
 from sqlalchemy.orm import Session
 
 from coverfarm import tracker
-from dashboard import progress_page, views
+from dashboard import device_details, progress_page, views
 from dashboard.heatmap import COL_W, ROW_H, heatmap, square
 from dashboard.progress_plot import plot
 from orchestrator.deps import SessionDep
@@ -54,6 +54,7 @@ _env.globals.update(
     compact=views.compact,
     duration=views.duration_text,
     percent=tracker.share_percent,
+    interval_words=device_details.interval_words,
     stack_label=stack_label,
     heatmap_col_w=COL_W,
     heatmap_row_h=ROW_H,
@@ -290,7 +291,7 @@ def cell_details(
     online = workers.live(session)
     several = len(stored.sweep.stacks or []) > 1
     view = cell_views.view_of(stored, devices, online)
-    details = views.details(service.cell_view(stored, online), view, several)
+    details = views.details(service.cell_view(stored, online), view, several, devices)
     details = replace(details, profiles=views.profile_views(cell_profiles(session, [stored])))
     page = "details.html" if partial else "cell.html"
     return templates.TemplateResponse(request, page, {"d": details, "now": utcnow()})

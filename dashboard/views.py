@@ -11,11 +11,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from coverfarm import tracker
+from coverfarm import device_classes, tracker
+from coverfarm.cell_build import DeviceInput
 from coverfarm.cell_view import CellView, Column, Kind
 from coverfarm.profile import ProfileRun
 from coverfarm.result import ResultDocument, StageResult
 from coverfarm.stacks import DEFAULT_STACK
+from dashboard.device_details import Artifacts, DeviceDetails, artifacts, device_details
 from orchestrator.models import JobStatus
 from orchestrator.reports.profiles import CellProfile
 from orchestrator.sweeps.schemas import CellPublic, SweepSummary
@@ -314,6 +316,8 @@ class Details:
     repro: str
     stack: str | None = None  # the cell's stack, where its sweep has several
     profiles: list[ProfileView] = field(default_factory=list)  # where the time goes, per device class
+    devices: list[DeviceDetails] = field(default_factory=list)  # its runs and baselines, per class
+    artifacts: Artifacts | None = None  # the bundle and its programs, as links
 
 
 @dataclass(frozen=True)
@@ -343,7 +347,9 @@ def profile_views(profiles: list[CellProfile]) -> list[ProfileView]:
     return views
 
 
-def details(cell: CellPublic, view: CellView, several_stacks: bool = False) -> Details:
+def details(
+    cell: CellPublic, view: CellView, several_stacks: bool = False, devices: Sequence[DeviceInput] = ()
+) -> Details:
     doc = cell.result.document if cell.result is not None else None
     stages: list[Stage] = []
     blockers: list[BlockerRow] = []
@@ -359,4 +365,14 @@ def details(cell: CellPublic, view: CellView, several_stacks: bool = False) -> D
     # A cancelled cell's details say so in their own words; they have no error to show.
     cause = view.cause if view.measured or not view.cancelled else None
     stack = cell.stack if several_stacks else None
-    return Details(cell, grid_cell(cell, view), doc, stages, blockers, cause, view.command, stack)
+    tones = {name: KIND_TONES[column.kind] for name, column in view.devices.items()}
+    ours = [
+        d
+        for d in devices
+        if d.device_class in view.devices and device_classes.backend_of(d.device_class) == cell.backend
+    ]
+    shown = device_details(ours, view.devices, tones)
+    return Details(
+        cell, grid_cell(cell, view), doc, stages, blockers, cause, view.command, stack,
+        devices=shown, artifacts=artifacts(doc),
+    )  # fmt: skip

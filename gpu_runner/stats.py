@@ -2,9 +2,11 @@
 
 ``timed_loop`` is how both sides of a speed-up take their samples (a device runtime's in-process chunks,
 eager PyTorch's): warm-up, then chunks until the rules' minimum count and seconds are met, never past
-their maximum. ``replica`` summarises one process's samples, and ``combine`` judges the replicas
-together: a measurement is stable only with enough replicas, each within the CV threshold, whose medians
-agree (``TimingRules``). Each reason it is not stable is kept, so the cell can say why.
+their maximum. ``replica`` summarises one process's samples, and ``combine`` puts the replicas together:
+the figure is the median of the replica medians and its interval their range
+(``coverfarm.latency_interval``); the latency is stable when that interval is narrow (within
+``TimingRules.interval_width`` of the figure). Each reason it is not is kept, so the cell can say why.
+The per-sample CV, p90 and min are recorded as jitter and judge nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from coverfarm.device_result import Isolation, LatencyStats, Replica, TimingRules
+from coverfarm.latency_interval import RULES_VERSION, interval_of
 
 MIN_REACHED, MAX_S_REACHED, MAX_CHUNKS_REACHED = (
     "min_chunks and min_s reached",
@@ -146,9 +149,8 @@ def latency_stats(
     rules = rules or TimingRules()
     median, p90, low, mean, cv = _summary(samples_ms)
     parts = list(replicas) if replicas else [replica(samples_ms, warmup, 0.0, "not recorded")]
-    reasons = unstable_reasons(parts, rules)
     medians = [part.median_ms for part in parts]
-    return LatencyStats(
+    latency = LatencyStats(
         warmup=warmup,
         iterations=len(samples_ms),
         samples_ms=[float(s) for s in samples_ms],
@@ -157,33 +159,27 @@ def latency_stats(
         min_ms=low,
         mean_ms=mean,
         cv=cv,
-        stable=not reasons,
+        stable=False,
         load_ms=load_ms,
         rules=rules,
         replicas=parts,
         replica_spread=max(medians) / min(medians) - 1 if min(medians) > 0 else None,
-        unstable_reasons=reasons,
+        judgement=RULES_VERSION,
     )
+    latency.unstable_reasons = unstable_reasons(latency, rules)
+    latency.stable = not latency.unstable_reasons
+    return latency
 
 
-def unstable_reasons(replicas: Sequence[Replica], rules: TimingRules) -> list[str]:
-    """Why these replicas do not give a number to trust; empty when they do."""
+def unstable_reasons(latency: LatencyStats, rules: TimingRules) -> list[str]:
+    """Why this latency is not known well enough (its replicas' interval); empty when it is."""
     reasons = []
-    if len(replicas) < rules.replicas:
-        reasons.append(f"{len(replicas)} replica{'s' if len(replicas) != 1 else ''} (needs {rules.replicas})")
-    for number, part in enumerate(replicas, 1):
-        if part.iterations < 2:
-            reasons.append(f"replica {number} timed {part.iterations} chunk ({part.stopped}): no spread")
-        elif part.cv > rules.max_cv:
-            reasons.append(f"replica {number}: CV {part.cv:.3f} over {rules.max_cv:g}")
-    medians = [part.median_ms for part in replicas]
-    if len(medians) > 1 and min(medians) > 0:
-        spread = max(medians) / min(medians) - 1
-        if spread > rules.replica_tolerance:
-            shown = ", ".join(f"{m:.4g}" for m in medians)
-            reasons.append(
-                f"replica medians {shown} ms differ by {spread:.1%} (over {rules.replica_tolerance:.0%})"
-            )
+    count = len(latency.replicas)
+    if count < rules.replicas:
+        reasons.append(f"{count} replica{'s' if count != 1 else ''} (the rules ask for {rules.replicas})")
+    judged = interval_of(latency, rules.interval_width)
+    if judged.reason is not None:
+        reasons.append(judged.reason)
     return reasons
 
 

@@ -26,6 +26,10 @@ class ArtifactError(Exception):
     """A bundle the store refuses (content that does not match its address) or cannot find."""
 
 
+class NotStored(ArtifactError):
+    """What was asked for is not in the store (a bundle, or a file of one)."""
+
+
 @dataclass(frozen=True)
 class Stored:
     sha256: str
@@ -78,6 +82,20 @@ class ArtifactStore:
             raise ArtifactError(f"bundle {sha256} is not in the store")
         files = [p for p in folder.rglob("*") if p.is_file()]
         return Stored(sha256, folder, sum(p.stat().st_size for p in files), len(files))
+
+    def file(self, sha256: str, name: str) -> Path:
+        """One file of a stored bundle by its path inside it (``programs/forward.pte``); a name that is
+        not a plain relative path, or that leaves the bundle, is refused, and one that is not there too."""
+        parts = name.split("/")
+        if not name or name.startswith("/") or any(part in ("", ".", "..") for part in parts):
+            raise ArtifactError(f"{name!r} is not a file's path inside a bundle")
+        folder = self.path(sha256)
+        if not folder.is_dir():
+            raise NotStored(f"bundle {sha256} is not in the store")
+        found = folder.joinpath(*parts)
+        if found.is_symlink() or not found.is_file() or not found.resolve().is_relative_to(folder.resolve()):
+            raise NotStored(f"bundle {sha256} has no file {name}")
+        return found
 
     def tar_stream(self, sha256: str) -> Iterator[bytes]:
         """The bundle as an uncompressed tar (paths relative to the bundle), in chunks."""

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Request, Response, status
-from fastapi.responses import StreamingResponse
+from fastapi.responses import FileResponse, StreamingResponse
 
-from orchestrator.artifacts.store import ArtifactError, ArtifactStore, check_sha
+from orchestrator.artifacts.store import ArtifactError, ArtifactStore, NotStored, check_sha
 from orchestrator.deps import AdminDep, SessionDep, SettingsDep
 from orchestrator.devices import runs, service
 from orchestrator.devices.auth import RunnerDep, RunnerOrAdminDep
@@ -203,3 +203,28 @@ def artifact(sha256: Text, request: Request) -> StreamingResponse:
     if not store.has(sha256):
         raise Missing(f"bundle {sha256} is not in the artifact store")
     return StreamingResponse(store.tar_stream(sha256), media_type="application/x-tar")
+
+
+@router.get(
+    "/artifacts/{sha256}/{name:path}",
+    dependencies=[RunnerOrAdminDep],
+    response_class=FileResponse,
+    responses={**responses(401, 403, 404), 200: {"content": {"application/octet-stream": {}}}},
+)
+def artifact_file(sha256: str, name: str, request: Request) -> FileResponse:
+    """One file of a stored bundle by its path inside it: a lowered program is
+    ``programs/<program>.pte``, the manifest ``manifest.json``."""
+    store = _store(request)
+    try:
+        check_sha(sha256)
+    except ArtifactError as error:
+        raise Unprocessable(str(error), ("path", "sha256")) from None
+    if not store.has(sha256):
+        raise Missing(f"bundle {sha256} is not in the artifact store")
+    try:
+        found = store.file(sha256, name)
+    except NotStored as error:
+        raise Missing(str(error)) from None
+    except ArtifactError as error:
+        raise Unprocessable(str(error), ("path", "name")) from None
+    return FileResponse(found, media_type="application/octet-stream", filename=found.name)

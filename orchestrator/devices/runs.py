@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from coverfarm import device_classes, signing
 from coverfarm.baseline import BaselineResult
 from coverfarm.device_result import DeviceResult
+from coverfarm.latency_interval import interval_of
 from coverfarm.result import Options, error_line
 from coverfarm.settings import Settings
 from orchestrator.devices import repository, service
@@ -119,7 +120,7 @@ def _store(
             "attempt": attempt,
             "source": source,
             "status": result.status,
-            "median_ms": result.latency.median_ms if result.latency else None,
+            "median_ms": interval_of(result.latency).figure_ms if result.latency else None,
             "error": result.error,
             "bundle_sha256": result.bundle_sha256,
             "document": document,
@@ -186,7 +187,7 @@ def report_baseline(session: Session, runner: Runner, job_id: int, body: Baselin
             "runner_id": runner.id,
             "attempt": body.attempt,
             "status": baseline.status,
-            "median_ms": baseline.latency.median_ms if baseline.latency else None,
+            "median_ms": interval_of(baseline.latency).figure_ms if baseline.latency else None,
             "error": baseline.error,
             "document": baseline.model_dump(mode="json"),
         },
@@ -259,7 +260,7 @@ def import_baseline(session: Session, document: dict[str, Any], settings: Settin
                 "runner_id": runner.id,
                 "attempt": None,
                 "status": baseline.status,
-                "median_ms": baseline.latency.median_ms if baseline.latency else None,
+                "median_ms": interval_of(baseline.latency).figure_ms if baseline.latency else None,
                 "error": baseline.error,
                 "document": body,
             },

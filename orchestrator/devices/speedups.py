@@ -1,9 +1,10 @@
 """The speed-up of each device cell, decided from its two stored documents (``coverfarm.baseline.speedup``).
 
 A device run and its eager baseline are stored apart (``DeviceRun``, ``DeviceBaseline``), each with the
-runner that reported it. The speed-up exists only when both are stable, timed by that same runner on
-the same host under the host's timing lock, over the same inputs; otherwise ``Speedup.reasons`` says
-why, for the grid and the report to show. No torch.
+runner that reported it. The speed-up (eager figure over device figure, with its interval from both
+sides' replicas) exists only when both were timed by that same runner on the same host under the host's
+timing lock, over the same inputs; otherwise ``Speedup.reasons`` says why, for the grid and the report
+to show, as it says why a speed-up's interval is wide. No torch.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """What the reports take from the device side besides the cells' views (whose device columns
-``orchestrator.sweeps.cell_views`` builds): latency samples for the diff, the runtime build and eager
-baseline behind each device class, and the runtime's refusals and crashes."""
+``orchestrator.sweeps.cell_views`` builds): latency intervals for the diff, judged from each run's
+replicas, the runtime build and eager baseline behind each device class, and the runtime's refusals and
+crashes."""
 
 from __future__ import annotations
 
@@ -10,19 +11,20 @@ from sqlalchemy.orm import Session
 
 from coverfarm import runtime_repros
 from coverfarm.device_words import RUNTIME_FAILURES, short_message
+from coverfarm.latency_interval import LatencyInterval, interval_of
 from orchestrator.devices.grid import baselines, runs
 from orchestrator.models import Cell, Sweep
 
-# cell id -> {device class: latency samples in ms}
-Samples = dict[int, dict[str, list[float]]]
+# cell id -> {device class: its latency's figure and interval}
+Intervals = dict[int, dict[str, LatencyInterval]]
 
 
-def device_samples(session: Session, sweep: Sweep) -> Samples:
-    """The latency samples of every successful device run of the sweep's cells."""
-    found: Samples = {}
+def device_intervals(session: Session, sweep: Sweep) -> Intervals:
+    """The latency of every successful device run of the sweep's cells, judged from its replicas."""
+    found: Intervals = {}
     for (cell_id, device_class), run in runs(session, sweep.cells).items():
-        if run.status == "ok" and run.latency is not None and run.latency.samples_ms:
-            found.setdefault(cell_id, {})[device_class] = list(run.latency.samples_ms)
+        if run.status == "ok" and run.latency is not None:
+            found.setdefault(cell_id, {})[device_class] = interval_of(run.latency)
     return found
 
 

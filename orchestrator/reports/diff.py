@@ -1,5 +1,5 @@
 """Compare two sweeps: cells whose numbers or states changed, blocker groups that appeared or vanished,
-and device latency changes that count: beyond both runs' spread and in two consecutive sweeps of the
+and device latency changes that count: beyond both runs' intervals and in two consecutive sweeps of the
 same cell (``orchestrator.reports.latency``). ``latency_flags`` gives the same verdict per cell of one
 sweep against the same cell's history, for the report and the grid."""
 
@@ -14,7 +14,7 @@ from coverfarm.result import ResultDocument
 from orchestrator.devices import repository
 from orchestrator.models import Cell, DeviceRun, Sweep
 from orchestrator.reports import history
-from orchestrator.reports.devices import Samples
+from orchestrator.reports.devices import Intervals
 from orchestrator.reports.latency import counted
 from orchestrator.reports.schemas import CellChange, GroupKey, LatencyChange, SweepDiff
 from orchestrator.sweeps.cell_views import latest_document
@@ -119,17 +119,17 @@ def _label(pair: Pair, with_stack: bool) -> str:
 def diff_sweeps(
     a: Sweep,
     b: Sweep,
-    samples_a: Samples | None = None,
-    samples_b: Samples | None = None,
+    samples_a: Intervals | None = None,
+    samples_b: Intervals | None = None,
     stack_a: str | None = None,
     stack_b: str | None = None,
 ) -> SweepDiff:
     """Sweep ``b`` against sweep ``a`` (which may be the same sweep). ``stack_a`` and ``stack_b`` choose
     one stack of each side, and the cells of the one pair with the same policy and backend of the other;
     one given alone chooses the same stack on both sides; with neither, cells pair by policy, backend
-    and stack. ``samples_*``: cell id -> {device class: samples}; the sweep before ``b`` of each cell is
-    looked up in ``b``'s session, so a latency change counts only once it holds in two consecutive
-    sweeps of the same cell."""
+    and stack. ``samples_*``: cell id -> {device class: its latency interval}; the sweep before ``b``
+    of each cell is looked up in ``b``'s session, so a latency change counts only once it holds in two
+    consecutive sweeps of the same cell."""
     stack_a, stack_b = stack_a or stack_b, stack_b or stack_a
     session = object_session(b)
     runs_b = _runs(session, b)
@@ -156,7 +156,7 @@ def diff_sweeps(
             timed_b = history.Timed(b.id, by_class_b[device_class])
             before_b = _previous(session, runs_b, cell_b, device_class)
             latency.append(counted(device_class, timed_a, timed_b, before_b))
-        # A change beyond the spread in one sweep only is listed, not counted (flagged false).
+        # A change beyond the intervals in one sweep only is listed, not counted (flagged false).
         if changes or any(change.beyond_spread for change in latency):
             changed.append(
                 CellChange(policy=key[0], backend=key[1], stack=key[2], changes=changes, latency=latency)
@@ -190,9 +190,14 @@ def latency_flags(session: Session, sweep: Sweep) -> dict[int, dict[str, Latency
             reference = history.previous(session, *previous) if previous is not None else None
             if previous is None or reference is None:
                 continue
-            change = counted(
-                device_class, history.timed(*reference), history.timed(cell, run), history.timed(*previous)
+            now, before, against = (
+                history.timed(cell, run),
+                history.timed(*previous),
+                history.timed(*reference),
             )
+            if now is None or against is None:
+                continue
+            change = counted(device_class, against, now, before)
             flags.setdefault(cell_id, {})[device_class] = change
     return flags
 

@@ -72,7 +72,7 @@ def sweep_diff(
     a: Id, b: Id, session: SessionDep, stack_a: StackA = None, stack_b: StackB = None
 ) -> SweepDiff:
     """Cells of sweep ``b`` whose numbers or states differ from sweep ``a``, blocker groups that
-    appeared or vanished, and device latency changes beyond the runs' own spread. ``stack_a`` and
+    appeared or vanished, and device latency changes beyond the runs' own intervals. ``stack_a`` and
     ``stack_b`` choose one stack of each sweep (``a`` and ``b`` may be the same sweep); without them,
     cells pair with the same stack's."""
     return service.diff(session, sweeps.get(session, a), sweeps.get(session, b), stack_a, stack_b)

@@ -9,8 +9,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
+from coverfarm.device_result import LatencyStats
+from coverfarm.latency_interval import LatencyInterval, interval_of
 from orchestrator.devices import repository
 from orchestrator.models import Cell, DeviceRun
 from orchestrator.reports.documents import latest_document
@@ -18,15 +21,21 @@ from orchestrator.reports.documents import latest_document
 
 @dataclass(frozen=True)
 class Timed:
-    """One sweep's run of a cell on a device class: its samples (every replica's)."""
+    """One sweep's run of a cell on a device class: its latency's figure and interval."""
 
     sweep_id: int
-    samples_ms: list[float]
+    interval: LatencyInterval
 
 
-def samples_of(run: DeviceRun) -> list[float]:
-    samples = ((run.document or {}).get("latency") or {}).get("samples_ms")
-    return [float(s) for s in samples] if isinstance(samples, list) else []
+def interval_of_run(run: DeviceRun) -> LatencyInterval | None:
+    """The run's latency judged from its stored replicas; None when it has no readable latency."""
+    latency = (run.document or {}).get("latency")
+    if not isinstance(latency, dict):
+        return None
+    try:
+        return interval_of(LatencyStats.model_validate(latency))
+    except ValidationError:
+        return None
 
 
 def stack(cell: Cell, run: DeviceRun) -> dict[str, Any]:
@@ -51,8 +60,9 @@ def key(cell: Cell, run: DeviceRun) -> str:
     )
 
 
-def timed(cell: Cell, run: DeviceRun) -> Timed:
-    return Timed(cell.sweep_id, samples_of(run))
+def timed(cell: Cell, run: DeviceRun) -> Timed | None:
+    judged = interval_of_run(run)
+    return Timed(cell.sweep_id, judged) if judged is not None else None
 
 
 def previous(session: Session, cell: Cell, run: DeviceRun) -> tuple[Cell, DeviceRun] | None:
@@ -61,6 +71,6 @@ def previous(session: Session, cell: Cell, run: DeviceRun) -> tuple[Cell, Device
     for earlier, earlier_run in repository.earlier_runs(
         session, cell.policy, cell.backend, run.device_class, cell.sweep_id
     ):
-        if key(earlier, earlier_run) == wanted and samples_of(earlier_run):
+        if key(earlier, earlier_run) == wanted and interval_of_run(earlier_run) is not None:
             return earlier, earlier_run
     return None

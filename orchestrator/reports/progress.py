@@ -152,6 +152,10 @@ def progress(session: Session, sweep: Sweep) -> Progress:
 # --- the JSON -------------------------------------------------------------------------------------
 
 
+def _pair(low: float | None, high: float | None) -> list[float] | None:
+    return [low, high] if low is not None and high is not None else None
+
+
 def _value(column: Column, text: str) -> ColumnValue:
     share, latency, flag = column.share, column.latency, column.off_release
     return ColumnValue(
@@ -162,7 +166,12 @@ def _value(column: Column, text: str) -> ColumnValue:
         share=share.fraction if share is not None else None,
         count=column.count,
         median_ms=latency.median_ms if latency is not None else None,
+        interval_ms=_pair(latency.low_ms, latency.high_ms) if latency is not None else None,
         speedup=latency.speedup if latency is not None else None,
+        speedup_interval=_pair(latency.speedup_low, latency.speedup_high) if latency is not None else None,
+        speedup_narrow=latency.speedup_narrow
+        if latency is not None and latency.speedup is not None
+        else None,
         off_release=flag.runtime if flag is not None else None,
         cause=column.cause,
     )

@@ -72,16 +72,16 @@ class BlockersReport(BaseModel):
 
 class LatencyChange(BaseModel):
     """A device latency change of one cell and class, and whether it counts (``flagged``): beyond both
-    runs' spread, and so in two consecutive sweeps of the same cell (policy, backend, options, device
-    class and stack). One sweep beyond the spread is ``beyond_spread`` with ``consecutive`` 1: noted,
-    not counted until the next sweep of the same cell shows it too."""
+    runs' intervals (the ranges of their replica medians), and so in two consecutive sweeps of the same
+    cell (policy, backend, options, device class and stack). One sweep beyond them is ``beyond_spread``
+    with ``consecutive`` 1: noted, not counted until the next sweep of the same cell shows it too."""
 
     device_class: str
     median_a_ms: float | None
     median_b_ms: float | None
     flagged: bool
     why: str
-    beyond_spread: bool = False  # this pair of runs: their p10-p90 ranges do not overlap
+    beyond_spread: bool = False  # this pair of runs: their intervals (replica medians' ranges) do not overlap
     direction: Literal["slower", "faster"] | None = None  # of b against a, when beyond the spread
     consecutive: int = 0  # consecutive sweeps of the same cell beyond a's spread, in the same direction
     sweeps: list[int] = []  # those sweeps, oldest first
@@ -137,8 +137,11 @@ class ColumnValue(BaseModel):
     total: int | None = None
     share: float | None = None  # part / total
     count: int | None = None  # programs (connected groups when the kind is "unknown")
-    median_ms: float | None = None  # device columns
+    median_ms: float | None = None  # device columns: the figure (median of the replica medians)
+    interval_ms: list[float] | None = None  # its interval, the replica medians' range; None: none
     speedup: float | None = None
+    speedup_interval: list[float] | None = None  # the speed-up's interval; None: none
+    speedup_narrow: bool | None = None  # that interval lies within the rules' width of it
     off_release: str | None = None  # the run's runtime, when it is not the stack's release
     cause: str | None = None
 

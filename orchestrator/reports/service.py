@@ -17,7 +17,7 @@ from coverfarm.tracker import PENDING, backend_title, columns, markdown_table
 from orchestrator.errors import Invalid
 from orchestrator.models import Cell, Sweep
 from orchestrator.reports.blockers import NO_REPRO, READY, blocker_groups, blockers_report, reason_what_ifs
-from orchestrator.reports.devices import RuntimeIssue, device_runtimes, device_samples, runtime_issues
+from orchestrator.reports.devices import RuntimeIssue, device_intervals, device_runtimes, runtime_issues
 from orchestrator.reports.diff import diff_markdown, diff_sweeps
 from orchestrator.reports.documents import sweep_documents
 from orchestrator.reports.profiles import CellProfile, profile_section, sweep_profiles
@@ -95,15 +95,18 @@ def _coverage(cells: list[Cell], backend: str, views: Views) -> list[str]:
     ]
     if classes:
         lines.append(
-            f"  • Device columns: {tracker.DONE} with the median milliseconds per action chunk (batch 1) "
-            "and, in brackets, the speed-up over eager PyTorch on the same host's CPU; "
+            f"  • Device columns: {tracker.DONE} with the milliseconds per action chunk (batch 1: the median "
+            "of its fresh-process replicas' medians) and, in brackets, the speed-up over eager PyTorch on "
+            "the same host's CPU with its interval (from both sides' replica medians); "
+            f'"{tracker.ABOUT}2.4×, 1.6–3.3 wide" when that interval is wider than the bound, '
+            '"no interval" when a side has fewer than 2 replicas; '
             f"{tracker.FAILED} with its cause; "
             f'"{tracker.NO_DEVICE}" when no runner of that class is enrolled.'
         )
     if any(column.kind is Kind.UNSTABLE for view in rendered for column in view.devices.values()):
         lines.append(
-            f"  • {tracker.ABOUT} before the milliseconds: that run's samples are not stable (their spread "
-            "is over the runner's bound), so it gets no speed-up."
+            f"  • {tracker.ABOUT} before the milliseconds: that run's own interval (the range of its "
+            "replicas' medians) is wider than the bound, or it has fewer than 2 replicas."
         )
     if off_release_runs(rendered):
         lines.append(
@@ -453,7 +456,7 @@ def diff(
     on both sides), so that one sweep's stacks compare with each other."""
     check_stack(a, stack_a or stack_b, "stack_a" if stack_a else "stack_b")
     check_stack(b, stack_b or stack_a, "stack_b" if stack_b else "stack_a")
-    return diff_sweeps(a, b, device_samples(session, a), device_samples(session, b), stack_a, stack_b)
+    return diff_sweeps(a, b, device_intervals(session, a), device_intervals(session, b), stack_a, stack_b)
 
 
 def diff_text(result: SweepDiff) -> str:

@@ -4,6 +4,8 @@ whose runtime is not the stack's release (coverfarm.cell_build.off_release)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from coverfarm import tracker
@@ -89,8 +91,10 @@ def test_a_run_is_flagged_only_when_its_runtime_is_known_and_not_the_stacks_rele
     assert off_release(run(None), "1.5.1") is None  # a native build whose owner declared no version
     assert off_release(run("1.5.0"), None) is None  # the cell's result recorded no executorch
     assert off_release(DeviceResult(bundle_sha256="0" * 64, status="ok"), "1.5.1") is None
-    column = Column(Kind.VALUE, latency=Latency(25.0, 2.0), off_release=flag)
-    assert tracker.device_text(column) == "✓ 25 ms (2.0×) ⚠ runtime 1.5.0"
+    latency = Latency(25.0, 2.0, low_ms=24.0, high_ms=26.0, replicas=3, speedup_low=1.9, speedup_high=2.1)
+    column = Column(Kind.VALUE, latency=replace(latency, speedup_narrow=True), off_release=flag)
+    assert tracker.device_text(column) == "✓ 25 ms (2.0×, 1.9–2.1) ⚠ runtime 1.5.0"
     assert tracker.device_hint("h200-vulkan", column) == (
-        "h200-vulkan: ExecuTorch runtime 1.5.0, not the stack's release 1.5.1"
+        "h200-vulkan: replica medians 24–26 ms (3 replicas); ExecuTorch runtime 1.5.0, not the stack's "
+        "release 1.5.1"
     )

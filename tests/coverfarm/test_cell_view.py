@@ -1,6 +1,6 @@
 """The cell view's rules that the golden files (tests/dashboard/test_golden_views.py) do not reach: the
-one-line cause of an error text, device latencies whose samples are not stable, and the grid's colour
-following the kind, never the text."""
+one-line cause of an error text, device latencies whose interval is wide, and the grid's colour following
+the kind, never the text (tests/coverfarm/test_latency_interval.py has the intervals' rules)."""
 
 from __future__ import annotations
 
@@ -44,20 +44,24 @@ def test_the_cause_is_the_line_that_says_what_went_wrong(text: str | None, line:
     assert error_line(text) == line
 
 
-def latency(median_ms: float, stable: bool = True, cv: float = 0.02) -> LatencyStats:
-    """Timed under the timing rules, under the host's lock: a speed-up may come of it when stable."""
+def latency(median_ms: float, spread: float = 0.0, cv: float = 0.02) -> LatencyStats:
+    """Two replicas timed under the host's lock, their medians ``spread`` (a fraction) either side of
+    ``median_ms``: a speed-up may come of it."""
     isolated = Isolation(lock="/tmp/timing.lock", acquired=True, waited_s=0.0)
-    part = replica([median_ms] * 3, 1, 1.0, MIN_REACHED).model_copy(update={"isolation": isolated})
+    parts = [
+        replica([m] * 3, 1, 1.0, MIN_REACHED).model_copy(update={"isolation": isolated})
+        for m in (median_ms * (1 - spread), median_ms * (1 + spread))
+    ]
     return LatencyStats(
         warmup=1, iterations=3, samples_ms=[median_ms] * 3, median_ms=median_ms, p90_ms=median_ms,
-        min_ms=median_ms, mean_ms=median_ms, cv=cv, stable=stable, load_ms=1.0, rules=TimingRules(),
-        replicas=[part, part], frames=16,
+        min_ms=median_ms, mean_ms=median_ms, cv=cv, stable=spread <= 0.1, load_ms=1.0, rules=TimingRules(),
+        replicas=parts, frames=16, judgement=2,
     )  # fmt: skip
 
 
-def baseline(median_ms: float, stable: bool = True) -> BaselineResult:
+def baseline(median_ms: float, spread: float = 0.0) -> BaselineResult:
     return BaselineResult(
-        policy="act", options=Options(), frames=1, latency=latency(median_ms, stable, 0.2), status="ok",
+        policy="act", options=Options(), frames=1, latency=latency(median_ms, spread, 0.2), status="ok",
         runner_id=1, host_id="h",
     )  # fmt: skip
 
@@ -67,38 +71,41 @@ def device_view(run: DeviceResult | None = None, timer: BaselineResult | None = 
     return Cell("act", "xnnpack", Options(), devices=[device])
 
 
-def run(median_ms: float, stable: bool = True, cv: float = 0.02) -> DeviceResult:
+def run(median_ms: float, spread: float = 0.0, cv: float = 0.02) -> DeviceResult:
     return DeviceResult(
-        bundle_sha256="ab" * 32, status="ok", latency=latency(median_ms, stable, cv), runner_id=1, host_id="h"
+        bundle_sha256="ab" * 32, status="ok", latency=latency(median_ms, spread, cv), runner_id=1, host_id="h"
     )
 
 
-def test_a_stable_run_and_a_stable_baseline_give_a_speedup() -> None:
+def test_a_known_run_and_a_known_baseline_give_a_speedup_with_its_interval() -> None:
     view = build(device_view(run(3.25), baseline(13.0)))
-    assert tracker.device_text(view.devices[CLASS]) == "✓ 3.25 ms (4.0×)"
+    assert tracker.device_text(view.devices[CLASS]) == "✓ 3.25 ms (4.0×, 4.0–4.0)"
 
 
 def test_a_run_taken_from_a_cell_of_the_same_reuse_key_is_marked_as_reused() -> None:
     taken = build(device_view(run(3.25), baseline(13.0), run_reused=True)).devices[CLASS]
     own = build(device_view(run(3.25), baseline(13.0))).devices[CLASS]
-    assert tracker.device_text(taken) == "✓ 3.25 ms (4.0×) ↺"
+    assert tracker.device_text(taken) == "✓ 3.25 ms (4.0×, 4.0–4.0) ↺"
     assert "same reuse key" in tracker.device_hint(CLASS, taken)
-    assert (tracker.device_text(own), tracker.device_hint(CLASS, own)) == ("✓ 3.25 ms (4.0×)", CLASS)
+    plain = f"{CLASS}: replica medians 3.25–3.25 ms (2 replicas), per-sample CV 2% (jitter)"
+    assert (tracker.device_text(own), tracker.device_hint(CLASS, own)) == ("✓ 3.25 ms (4.0×, 4.0–4.0)", plain)
 
 
-def test_an_unstable_run_reads_about_its_median_without_speedup_and_its_cv_in_the_tooltip() -> None:
-    view = build(device_view(run(25.3, stable=False, cv=0.12), baseline(13.0)))
+def test_a_run_with_a_wide_interval_reads_about_its_figure_with_its_interval_in_the_tooltip() -> None:
+    view = build(device_view(run(25.3, spread=0.2, cv=0.12), baseline(13.0)))
     column = view.devices[CLASS]
     assert column.kind is Kind.UNSTABLE
-    assert tracker.device_text(column) == "~25.3 ms"
+    assert tracker.device_text(column) == "~25.3 ms (~0.51×, 0.43–0.64 wide)"
     field = device_field(view)
-    assert (field.text, field.tone) == ("~25.3 ms", "unstable")
-    assert field.hint == f"{CLASS}: samples not stable (CV 12%), no speed-up"
+    assert (field.text, field.tone) == ("~25.3 ms (~0.51×, 0.43–0.64 wide)", "unstable")
+    assert field.hint is not None
+    assert field.hint.startswith(f"{CLASS}: replica medians 20.24–30.36 ms (2 replicas), per-sample CV 12%")
+    assert "latency not known within ±10%" in field.hint
 
 
-def test_an_unstable_baseline_gives_no_speedup() -> None:
-    view = build(device_view(run(3.25), baseline(13.0, stable=False)))
-    assert tracker.device_text(view.devices[CLASS]) == "✓ 3.25 ms"
+def test_a_baseline_with_a_wide_interval_marks_the_speedup_wide() -> None:
+    view = build(device_view(run(3.25), baseline(13.0, spread=0.2)))
+    assert tracker.device_text(view.devices[CLASS]) == "✓ 3.25 ms (~4.0×, 3.2–4.8 wide)"
     assert view.devices[CLASS].kind is Kind.VALUE
 
 

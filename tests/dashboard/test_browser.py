@@ -369,7 +369,8 @@ def test_an_imported_device_result_appears_in_an_open_grid(
     ).model_dump(mode="json")  # fmt: skip
     signed = sign(result, enrolled.json()["runner_id"], private_key)
     assert api.post("/api/results/import", json=signed).status_code == 201
-    wait_for(lambda: cell_texts(browser, act)[-1] == "✓ 25 ms", 10, "the imported cell to show")
+    # One replica's samples (no replicas recorded): no interval, so the figure reads "about".
+    wait_for(lambda: cell_texts(browser, act)[-1] == "~25 ms", 10, "the imported cell to show")
     assert browser.execute_script("return window.__reloaded") is False
     save_screenshot(browser, "grid-imported-device-cell")
 

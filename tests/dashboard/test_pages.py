@@ -180,8 +180,12 @@ def test_details_show_blockers_programs_timings_attempts_and_artifacts(
     assert "aten.elu.default no operator implementation 181 0 0%" in page
     assert "aten.addmm.default dtype not supported 2 3 <1%" in page
     assert "observation 1 141 / 148 100 1 1 1 denoise_step 10 426 / 446 90 21 - -" in page
-    assert "/farm/out/vqbet-vulkan/denoise_step.pte" in page and "/farm/traces/vqbet/observation.pt2" in page
-    assert f"/farm/bundles/{'ab' * 32}" in page
+    # Artifacts are links to the store, never a worker's paths; traced programs are named only.
+    sha = "ab" * 32
+    assert f'href="/api/artifacts/{sha}" download' in response.text
+    assert f'href="/api/artifacts/{sha}/programs/denoise_step.pte" download' in response.text
+    assert "observation.pt2, denoise_step.pt2 (kept by the worker that traced them" in page
+    assert "/farm/" not in response.text
     assert "trace ok 1.5 partition ok 1.5 export ok 1.5" in page
     assert "partition.observation_s 3.25" in page
     assert f"lower #{vqbet['jobs'][0]['id']} lower ok 1 dashboard-test@here" in page

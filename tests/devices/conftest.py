@@ -88,6 +88,7 @@ def farm_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str
             "COVERFARM_HEARTBEAT_TIMEOUT_S": "8",
             "COVERFARM_RECONCILE_INTERVAL_S": "0.5",
             "COVERFARM_TIMING__MIN_S": "0.5",  # the stand-in bundles are tiny; the rules still apply
+            "COVERFARM_TIMING__REPLICAS": "2",  # the fewest with an interval: each is a fresh process
         }
         upgrade(settings_from(env))
         yield env

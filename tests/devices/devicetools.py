@@ -130,13 +130,18 @@ def device_jobs(session: Session, sweep_id: int) -> list[Job]:
 HOST = "machine-id/board"
 
 
-def trusted_latency(median_ms: float, cv_spread: float = 0.01) -> dict[str, Any]:
-    """Two replicas under the default rules, each within the CV threshold, timed under the host lock."""
+def trusted_latency(
+    median_ms: float, cv_spread: float = 0.01, replica_spread: float = 0.01
+) -> dict[str, Any]:
+    """Two replicas under the default rules, timed under the host lock: their samples spread
+    ``cv_spread`` about their medians, which lie ``replica_spread`` either side of ``median_ms``."""
     from coverfarm.device_result import Isolation, TimingRules
     from gpu_runner.stats import MIN_REACHED, latency_stats, replica
 
     samples = [median_ms * (1 + cv_spread * k) for k in (-1, 0, 1, 0, 0)]
-    parts = [replica(samples, 1, 1.0, MIN_REACHED) for _ in range(2)]
+    parts = [
+        replica([s * (1 + replica_spread * side) for s in samples], 1, 1.0, MIN_REACHED) for side in (-1, 1)
+    ]
     for part in parts:
         part.isolation = Isolation(lock="/tmp/timing.lock", acquired=True, waited_s=0.0)
     latency = latency_stats(samples * 2, 1, 1.0, TimingRules(), parts)

@@ -212,10 +212,12 @@ def test_device_job_claimed_run_and_reported_only_by_its_runner(
         assert job is not None and job.status is JobStatus.OK
         swept = session.get(Sweep, sweep["id"])
         assert swept is not None
-        assert grid_device_texts(session, swept)[("act", "xnnpack")] == {CLASS: "✓ 3.25 ms"}
+        assert grid_device_texts(session, swept)[("act", "xnnpack")] == {
+            CLASS: "~3.25 ms"
+        }  # no replicas: no interval
         run = session.scalars(select(DeviceRun)).one()
         assert (run.runner_id, run.source, run.attempt, run.median_ms) == (runner_id, "job", 1, 3.25)
-    assert "✓ 3.25 ms" in client.get(f"/sweeps/{sweep['id']}").text  # the grid's device column
+    assert "~3.25 ms" in client.get(f"/sweeps/{sweep['id']}").text  # the grid's device column
     # Both CPU cells are done; the sweep was running while its device job was pending, and is done now.
     assert client.get(f"/api/sweeps/{sweep['id']}").json()["state"] == "done"
 

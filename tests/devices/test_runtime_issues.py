@@ -5,6 +5,8 @@ ones the H200's executor_runner printed (tests/gpu_runner/recorded/)."""
 
 from __future__ import annotations
 
+import html
+import re
 from pathlib import Path
 
 from devicetools import (
@@ -28,6 +30,11 @@ from gpu_runner.native_runtime import classify_exit
 from orchestrator.models import Sweep
 
 RECORDED = Path(__file__).resolve().parents[1] / "gpu_runner" / "recorded"
+
+
+def text_of(page: str) -> str:
+    """A page's text, tags dropped and white space collapsed."""
+    return html.unescape(" ".join(re.sub(r"<[^>]+>", " ", page).split()))
 
 
 def test_a_refusal_is_a_short_cell_a_built_on_line_and_a_runtime_known_issue(
@@ -83,6 +90,15 @@ def test_a_refusal_is_a_short_cell_a_built_on_line_and_a_runtime_known_issue(
     )
     assert "act" not in section.split("|---|", 1)[1]  # act ran: not a runtime issue
 
+    # The cell's page shows the failure in the runtime's own words, and the run that passed in full.
+    vqbet = next(cell["id"] for cell in state["cells"] if cell["policy"] == "vqbet")
+    page = client.get(f"/cells/{vqbet}").text
+    assert f"refused at load: forward: {where}" in text_of(page)
+    assert "Speed-up</strong>: none: the device run failed" in page
+    assert "The runtime's own words (forward)" in page
+    assert failure.message is not None and failure.message in text_of(page)
+    assert "Its last lines (signal 6)" in page or "Its last lines (exit status" in page
+
 
 def test_an_offline_hosts_signed_baseline_gives_its_run_a_speedup(
     client: TestClient, admin: dict[str, str], sessions: sessionmaker[Session], settings: Settings,
@@ -105,6 +121,9 @@ def test_an_offline_hosts_signed_baseline_gives_its_run_a_speedup(
     early = client.post("/api/results/import", headers=admin, json=sign(eager, runner_id, private_key))
     assert early.status_code == 422 and "no device run of act" in early.json()["detail"][0]["msg"]
     run = {**device_result(bundle.sha256, 25.0), "latency": trusted_latency(25.0), "host_id": HOST}
+    load = {"cores": 16, "window_s": 2.5, "loadavg_1m_start": 0.1, "loadavg_1m_end": 0.2, "busy_cores": 1.0,
+            "own_cores": 0.96, "other_cores": 0.04}  # fmt: skip
+    run["latency"]["replicas"][0]["host_load"] = load
     stored = client.post("/api/results/import", headers=admin, json=sign(run, runner_id, private_key))
     assert stored.status_code == 201, stored.text
     tampered = {**sign(eager, runner_id, private_key), "threads": 2}
@@ -116,4 +135,29 @@ def test_an_offline_hosts_signed_baseline_gives_its_run_a_speedup(
     with sessions() as session:
         stored_sweep = session.get(Sweep, sweep["id"])
         assert stored_sweep is not None
-        assert grid_device_texts(session, stored_sweep)[("act", "xnnpack")] == {CLASS: "✓ 25 ms (2.8×)"}
+        assert grid_device_texts(session, stored_sweep)[("act", "xnnpack")] == {
+            CLASS: "✓ 25 ms (2.8×, 2.7–2.9)"
+        }
+
+    # The cell's page: both sides' figures, intervals, replicas, jitter and host load, and the speed-up.
+    page = text_of(client.get(f"/cells/{sweep['cells'][0]['id']}").text)
+    assert "Speed-up : 2.8× (2.7–2.9), known within ±10% (eager figure over device figure)" in page
+    assert "Device run ok Figure 25 ms per chunk (median of the replica medians)" in page
+    assert "Interval 24.75–25.25 ms (2 replicas, 50% coverage), known within ±10%" in page
+    assert "Eager baseline ok Figure 70 ms per chunk" in page and "Interval 69.3–70.7 ms" in page
+    assert "PyTorch 2.11.0 on 16 torch threads" in page
+    assert "1 24.75 " in page and "2 25.25 " in page  # each replica's median
+    assert "Jitter per-sample CV 0.007" in page
+    assert "other processes 0.04 of 16 cores over 2.5 s, load average 0.10→0.20" in page
+
+    # The bundle is a link to the store, which also serves one file of a bundle (a lowered program).
+    raw = client.get(f"/cells/{sweep['cells'][0]['id']}").text
+    assert f'href="/api/artifacts/{bundle.sha256}" download' in raw and "/farm/" not in raw
+    program = next((Path(bundle.path) / "programs").glob("*.pte"))
+    address = f"/api/artifacts/{bundle.sha256}/programs/{program.name}"
+    served = client.get(address, headers=admin)
+    assert served.status_code == 200 and served.content == program.read_bytes()
+    assert client.get(address).status_code == 401  # a credential, as for the whole bundle
+    assert client.get(f"/api/artifacts/{bundle.sha256}/programs/none.pte", headers=admin).status_code == 404
+    assert client.get(f"/api/artifacts/{bundle.sha256}/programs//x.pte", headers=admin).status_code == 422
+    assert client.get(f"/api/artifacts/{'0' * 64}/manifest.json", headers=admin).status_code == 404

@@ -17,7 +17,15 @@ CLASS = f"cpu-{os.uname().machine}-xnnpack"
 
 def test_up_runs_the_xnnpack_bundle_on_a_local_runner(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    env = child_env_with_engine({"COVERFARM_HOME": str(home), "COVERFARM_ENGINE": "bundle_engine:analyze"})
+    # Two replicas a side (the fewest with an interval) rather than five: each is a fresh process, and
+    # what is tested here is the wiring of `up`.
+    env = child_env_with_engine(
+        {
+            "COVERFARM_HOME": str(home),
+            "COVERFARM_ENGINE": "bundle_engine:analyze",
+            "COVERFARM_TIMING__REPLICAS": "2",
+        }
+    )
     command = ["up", "--policies", "act", "--backends", "xnnpack", "--port", str(free_port()), "--once"]
     result = subprocess.run(
         coverfarm_command(*command),

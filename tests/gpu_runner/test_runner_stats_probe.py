@@ -28,14 +28,15 @@ def test_stats_from_raw_samples() -> None:
     assert not stats.stable
 
 
-def test_steady_samples_of_one_replica_are_not_yet_stable() -> None:
+def test_steady_samples_of_one_replica_have_no_interval() -> None:
     stats = latency_stats([100.0, 101.0, 99.0, 100.0, 100.5], warmup=0, load_ms=0.0)
     assert stats.cv < 0.05 and not stats.stable
-    assert stats.unstable_reasons == ["1 replica (needs 2)"]
+    assert stats.unstable_reasons == [
+        "1 replica (the rules ask for 5)",
+        "1 replica: no interval (needs at least 2)",
+    ]
     single = latency_stats([100.0, 101.0, 99.0], 0, 0.0, TimingRules(replicas=1))
-    assert single.stable and single.unstable_reasons == []
-    one = latency_stats([100.0], 0, 0.0, TimingRules(replicas=1))
-    assert not one.stable and "no spread" in one.unstable_reasons[0]  # one sample shows no spread
+    assert not single.stable and single.unstable_reasons == ["1 replica: no interval (needs at least 2)"]
     with pytest.raises(ValueError):
         latency_stats([], warmup=0, load_ms=0.0)
 

@@ -69,17 +69,20 @@ def stats(samples: list[float], rules: TimingRules) -> LatencyStats:
     return latency_stats(samples, 0, 0.0, rules, [part])
 
 
-def test_replicas_that_disagree_are_unstable() -> None:
-    rules = TimingRules()
+def test_the_replicas_spread_is_the_interval_and_jitter_judges_nothing() -> None:
+    rules = TimingRules(replicas=2)
     first = stats([10.0, 10.1, 9.9, 10.0, 10.05], rules)
     second = stats([11.0, 11.1, 10.9, 11.0, 11.05], rules)
     assert combine([first, first], rules).stable
-    disagreeing = combine([first, second], rules)
-    assert not disagreeing.stable
-    assert disagreeing.replica_spread == pytest.approx(0.1)
-    assert disagreeing.unstable_reasons == ["replica medians 10, 11 ms differ by 10.0% (over 5%)"]
+    # Medians 10 and 11 ms: figure 10.5 ms, interval ±4.8%, within the ±10% the rules allow.
+    near = combine([first, second], rules)
+    assert near.stable and near.replica_spread == pytest.approx(0.1)
+    apart = combine([first, stats([13.0, 13.1, 12.9, 13.0, 13.05], rules)], rules)
+    assert not apart.stable
+    assert apart.unstable_reasons == ["replica medians 10–13 ms (±13% of 11.5 ms), wider than ±10%"]
+    # A replica's samples 20% apart (CV 0.2) are jitter: with agreeing medians the latency is known.
     noisy = combine([first, stats([10.0, 14.0, 8.0, 10.0, 12.0], rules)], rules)
-    assert not noisy.stable and noisy.unstable_reasons[0].startswith("replica 2: CV 0.2")
+    assert noisy.stable and noisy.replicas[1].cv > 0.15 and noisy.unstable_reasons == []
 
 
 def test_replicas_run_in_fresh_processes_under_one_lock(
@@ -122,10 +125,9 @@ def test_a_speedup_only_from_two_trusted_measurements_of_one_runner_and_host() -
     allowed = speedup(eager, device)
     assert allowed.allowed and allowed.value == pytest.approx(4.0) and allowed.reasons == []
 
+    # Per-sample jitter does not keep a speed-up from being shown.
     noisy = device.model_copy(update={"latency": trusted(10.0, cv_spread=0.2)})
-    refused = speedup(eager, noisy)
-    assert not refused.allowed and refused.value is None
-    assert refused.reasons[0].startswith("the device run is unstable: replica 1: CV")
+    assert speedup(eager, noisy).narrow
 
     other = speedup(eager, device.model_copy(update={"runner_id": 4}))
     assert other.reasons == ["timed by different or unknown runners (device 4, baseline 3)"]

@@ -12,7 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from coverfarm.device_result import Board, DeviceResult, ExecutorchInfo, ProbeReport
+from coverfarm.device_result import Board, DeviceResult, ExecutorchInfo, ProbeReport, TimingRules
+from coverfarm.latency_interval import LatencyInterval, interval_of
 from coverfarm.result import (
     Blocker,
     HeavyMacs,
@@ -26,12 +27,12 @@ from coverfarm.result import (
     TraceInfo,
 )
 from coverfarm.settings import Settings
-from gpu_runner.stats import latency_stats
+from gpu_runner.stats import combine, latency_stats
 from orchestrator.db import take_outbox
 from orchestrator.devices import repository as devices
 from orchestrator.jobs import service as jobs
 from orchestrator.models import Sweep
-from orchestrator.reports.devices import device_samples
+from orchestrator.reports.devices import device_intervals
 from orchestrator.reports.diff import diff_sweeps, latency_flags
 from orchestrator.reports.latency import latency_change
 from orchestrator.reports.schemas import LatencyChange, SweepDiff
@@ -221,18 +222,26 @@ def test_diff_names_the_changed_cell_and_the_vanished_blocker(
     assert f"Blocker groups that vanished:\n- Vulkan: {CONV[0]} ({CONV[1]}) in vqbet" in text
 
 
-def test_latency_is_beyond_the_spread_only_beyond_both_runs_spread() -> None:
-    steady = [10.0, 10.2, 9.9, 10.1, 10.0, 10.3, 9.8]
-    assert not latency_change("mali-g610", steady, [s + 0.1 for s in steady]).beyond_spread
-    slower = latency_change("mali-g610", steady, [s * 1.5 for s in steady])
-    assert slower.beyond_spread and slower.direction == "slower" and slower.why.startswith("slower")
+def replicated(medians: list[float]) -> LatencyInterval:
+    """A latency of one fresh-process replica per median (five jittery samples each), judged."""
+    parts = [latency_stats([m * 0.9, m * 0.95, m, m * 1.05, m * 1.1], 0, 0.0) for m in medians]
+    return interval_of(combine(parts, TimingRules()))
+
+
+def test_latency_is_beyond_the_spread_only_beyond_both_runs_intervals() -> None:
+    steady = replicated([10.0, 10.2, 9.9, 10.1, 10.0])
+    assert (steady.low_ms, steady.high_ms) == (9.9, 10.2)  # the replica medians' range, not the samples'
+    assert not latency_change("mali-g610", steady, replicated([10.1, 10.3, 10.0, 10.2, 10.1])).beyond_spread
+    slower = latency_change("mali-g610", steady, replicated([15.0, 15.3, 14.9, 15.1, 15.0]))
+    assert slower.beyond_spread and slower.direction == "slower"
+    assert slower.why == "slower beyond both runs' intervals (replica medians 9.9–10.2 ms vs 14.9–15.3 ms)"
     assert not slower.flagged  # one pair of runs never counts on its own
-    assert latency_change("mali-g610", [s * 1.5 for s in steady], steady).why.startswith("faster")
-    # A noisy run: the medians differ by 20%, but its own spread covers the other run.
-    noisy = [8.0, 9.0, 12.0, 14.0, 12.5, 7.5, 13.0]
+    assert latency_change("mali-g610", replicated([15.0, 15.2]), steady).why.startswith("faster")
+    # Replicas 20% apart: the medians differ, but the run's own interval covers the other run.
+    noisy = replicated([8.0, 9.0, 12.0, 14.0, 12.5])
     assert not latency_change("mali-g610", steady, noisy).beyond_spread
-    few = latency_change("mali-g610", [10.0], [20.0])
-    assert not few.beyond_spread and "too few samples" in few.why
+    few = latency_change("mali-g610", replicated([10.0]), replicated([20.0]))
+    assert not few.beyond_spread and few.why == "no interval to judge (1 and 1 replicas; at least 2 each)"
 
 
 def test_dashboard_blockers_page_shows_the_known_issues_with_repros(
@@ -259,13 +268,10 @@ def test_diff_flags_a_device_latency_change_only_beyond_the_spread(
     steady = [10.0, 10.2, 9.9, 10.1, 10.0]
     # act's numbers and blockers are the same in both sweeps
     key_a, key_b = (next(cell.id for cell in sweep.cells if cell.policy == "act") for sweep in (a, b))
-    same = diff_sweeps(
-        a, b, {key_a: {"mali-g610": steady}}, {key_b: {"mali-g610": [s + 0.05 for s in steady]}}
-    )
+    before = {key_a: {"mali-g610": replicated(steady)}}
+    same = diff_sweeps(a, b, before, {key_b: {"mali-g610": replicated([s + 0.05 for s in steady])}})
     assert [cell.policy for cell in same.changed] == ["vqbet"]
-    slower = diff_sweeps(
-        a, b, {key_a: {"mali-g610": steady}}, {key_b: {"mali-g610": [s * 2 for s in steady]}}
-    )
+    slower = diff_sweeps(a, b, before, {key_b: {"mali-g610": replicated([s * 2 for s in steady])}})
     act = next(cell for cell in slower.changed if cell.policy == "act")
     assert act.changes == {}
     [change] = act.latency
@@ -278,9 +284,10 @@ STEADY = [10.0, 10.2, 9.9, 10.1, 10.0]
 
 
 def device_sweep(
-    session: Session, settings: Settings, samples: list[float], runtime: str = "python"
+    session: Session, settings: Settings, medians: list[float], runtime: str = "python"
 ) -> Sweep:
-    """A sweep of act on Vulkan whose cell ran on mali-g610 with these samples."""
+    """A sweep of act on Vulkan whose cell ran on mali-g610 in one replica per median (five samples
+    each, 10% either side of it)."""
     sweep = sweeps.get(session, stored_sweep(session, settings, {"act": ACT}))
     (cell,) = sweep.cells
     probe = ProbeReport(
@@ -288,12 +295,14 @@ def device_sweep(
     )
     document = DeviceResult(
         bundle_sha256="0" * 64, policy="act", backend="vulkan", device_class="mali-g610", status="ok",
-        runtime=runtime, probe=probe, latency=latency_stats(samples, 0, 0.0),  # type: ignore[arg-type]
+        runtime=runtime, probe=probe, latency=combine(
+            [latency_stats([m * 0.9, m * 0.95, m, m * 1.05, m * 1.1], 0, 0.0) for m in medians], TimingRules()
+        ),  # type: ignore[arg-type]
     ).model_dump(mode="json")  # fmt: skip
     devices.upsert_run(
         session,
         {"cell_id": cell.id, "device_class": "mali-g610", "source": "import", "status": "ok",
-         "median_ms": statistics.median(samples), "bundle_sha256": "0" * 64, "document": document},
+         "median_ms": statistics.median(medians), "bundle_sha256": "0" * 64, "document": document},
     )  # fmt: skip
     session.flush()
     return sweep
@@ -309,12 +318,12 @@ def test_a_regression_counts_only_after_two_consecutive_sweeps_beyond_the_spread
 ) -> None:
     reference = device_sweep(session, settings, STEADY)
     first = device_sweep(session, settings, [s * 1.5 for s in STEADY])
-    once = act_change(diff_sweeps(reference, first, device_samples(session, reference),
-                                  device_samples(session, first)))  # fmt: skip
+    once = act_change(diff_sweeps(reference, first, device_intervals(session, reference),
+                                  device_intervals(session, first)))  # fmt: skip
     assert once is not None and once.beyond_spread and not once.flagged and once.sweeps == [first.id]
     second = device_sweep(session, settings, [s * 1.5 for s in STEADY])
-    twice = act_change(diff_sweeps(reference, second, device_samples(session, reference),
-                                   device_samples(session, second)))  # fmt: skip
+    twice = act_change(diff_sweeps(reference, second, device_intervals(session, reference),
+                                   device_intervals(session, second)))  # fmt: skip
     assert twice is not None and twice.flagged and twice.regression
     assert twice.sweeps == [first.id, second.id] and twice.consecutive == 2
     assert f"in sweeps {first.id} and {second.id}, consecutive sweeps of the same cell" in twice.why
@@ -329,16 +338,16 @@ def test_a_change_that_does_not_persist_or_comes_from_another_stack_is_not_count
     device_sweep(session, settings, [s * 1.5 for s in STEADY])
     back = device_sweep(session, settings, STEADY)  # the slow sweep was one of a kind
     latest = device_sweep(session, settings, [s * 1.5 for s in STEADY])
-    change = act_change(diff_sweeps(reference, latest, device_samples(session, reference),
-                                    device_samples(session, latest)))  # fmt: skip
+    change = act_change(diff_sweeps(reference, latest, device_intervals(session, reference),
+                                    device_intervals(session, latest)))  # fmt: skip
     assert change is not None and change.beyond_spread and not change.flagged
     assert latency_flags(session, back)[back.cells[0].id]["mali-g610"].flagged is False
     # A slow sweep on another runtime is another cell: it does not make this one's second sweep.
     other = device_sweep(session, settings, [s * 1.5 for s in STEADY], runtime="native")
     newest = device_sweep(session, settings, [s * 1.5 for s in STEADY], runtime="native")
     assert other.id < newest.id
-    native = act_change(diff_sweeps(reference, other, device_samples(session, reference),
-                                    device_samples(session, other)))  # fmt: skip
+    native = act_change(diff_sweeps(reference, other, device_intervals(session, reference),
+                                    device_intervals(session, other)))  # fmt: skip
     assert native is not None and not native.flagged  # its previous sweep of the same cell: none
 
 

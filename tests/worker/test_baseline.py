@@ -69,4 +69,4 @@ def test_a_baseline_without_rules_gives_no_speedup() -> None:
     assert verdict.eager_median_ms == 40.0 and verdict.device_median_ms == 9.0
     assert speedup(eager, None).reasons == ["no device latency"]
     failed = BaselineResult(policy="act", options=Options(), frames=1, status="failed")
-    assert speedup(failed, device).reasons == ["no eager baseline"]
+    assert speedup(failed, device).reasons == ["the eager baseline ended failed: no figure"]
