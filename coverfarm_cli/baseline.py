@@ -95,9 +95,10 @@ def run(args: argparse.Namespace) -> int:
         lat = result.latency
         verdict = "stable" if lat.stable else "unstable: " + "; ".join(lat.unstable_reasons)
         medians = ", ".join(f"{r.median_ms:.1f}" for r in lat.replicas)
+        cpus = result.cpus.describe() if result.cpus else f"{result.free_cores} of {result.cores} cores free"
         print(
             f"{result.policy}: eager PyTorch {result.torch_version} on {result.threads} CPU threads "
-            f"({result.free_cores} of {result.cores} cores free): median {lat.median_ms:.1f} ms, p90 "
+            f"({cpus}): median {lat.median_ms:.1f} ms, p90 "
             f"{lat.p90_ms:.1f} ms, min {lat.min_ms:.1f} ms per chunk (CV {lat.cv:.3f}; replica medians "
             f"{medians} ms; {verdict}; {lat.iterations} timed)"
         )
