@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from coverfarm.device_result import Board, DeviceResult, LatencyStats
+from coverfarm.device_result import Board, CpuShare, DeviceResult, LatencyStats
 from coverfarm.latency_interval import RULES_VERSION, LatencyInterval, interval_of, width_of
 from coverfarm.result import Options
 
@@ -32,10 +32,12 @@ class BaselineResult(BaseModel):
     frames: int  # the timed chunks cycle over frames 0..frames-1, the bundle's frames of those indices
     host: Board | None = None
     torch_version: str | None = None
-    threads: int | None = None  # torch.get_num_threads() in the measuring process: the free cores
+    threads: int | None = None  # torch.get_num_threads() in the measuring process: cpus.threads
     interop_threads: int | None = None
     cores: int | None = None  # the host's cores
-    free_cores: int | None = None  # those no other process was using just before the timing
+    # the CPUs of its affinity mask no other process was using just before the timing (before the quota)
+    free_cores: int | None = None
+    cpus: CpuShare | None = None  # affinity, cgroup quota, busy CPUs and the threads; None in older documents
     build_s: float | None = None  # building the policy with the engine's adapter (which also exports it)
     latency: LatencyStats | None = None
     status: Literal["ok", "slow", "failed"]

@@ -187,7 +187,9 @@ def _device(cell: Cell, device: DeviceInput) -> Column:
     if device_classes.backend_of(device.device_class) != cell.backend:
         return Column(Kind.NOT_APPLICABLE, cause=f"{device.device_class} runs another backend")
     if device.run is not None:
-        return replace(_run(device, cell.release), reused=device.run_reused)
+        identity = device.run.runtime_identity
+        patches = tuple(identity.patches) if identity is not None else ()
+        return replace(_run(device, cell.release), reused=device.run_reused, patches=patches)
     job = device.job
     if job is None and not cell.cpu.pending:
         return Column(Kind.NOT_APPLICABLE, cause=NO_BUNDLE)

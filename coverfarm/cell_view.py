@@ -84,6 +84,8 @@ class Column:
     command: str | None = None  # reproduces the column's value
     off_release: OffRelease | None = None  # device columns: the run's runtime is not the stack's release
     reused: bool = False  # device columns: the run is a stored one of the same reuse key (reuse_device)
+    # device columns: upstream pull requests the run's runtime was built with (a candidate fix)
+    patches: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

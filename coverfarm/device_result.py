@@ -52,7 +52,8 @@ class NativeRuntimeInfo(BaseModel):
     """A native ``executor_runner`` binary configured for this host (gpu_runner/native_runtime.py).
 
     The host's owner builds it from ExecuTorch's source and declares which source: ``declared_version``
-    (its ``version.txt``) and ``declared_commit``. The rest is read off the binary itself.
+    (its ``version.txt``), ``declared_commit`` and ``declared_patches`` (upstream pull requests applied on
+    top of it, ``gpu_runner.declared_source``). The rest is read off the binary itself.
     """
 
     path: str | None = None
@@ -63,6 +64,7 @@ class NativeRuntimeInfo(BaseModel):
     bundle_io: bool = False  # built with bundled IO (--bundleio_rtol/--bundleio_atol)
     declared_version: str | None = None  # ExecuTorch version the owner says it was built from
     declared_commit: str | None = None  # and the source commit
+    declared_patches: list[str] = Field(default_factory=list)  # upstream pull requests applied on top of it
     server_mode: bool = False  # --server_mode: one load per program, one execution per stdin line
     event_tracer: bool | None = None  # built with the event tracer (--etdump_path); it must be off
     logging: bool | None = None  # logs through ExecuTorch's PAL ("Model loaded in ..." is read from it)
@@ -175,6 +177,24 @@ class HostLoad(BaseModel):
     other_cores: float | None = None  # of it, every other process's: what the timing shared the host with
 
 
+class CpuShare(BaseModel):
+    """The CPUs a timing process could use and the threads it ran on (``gpu_runner.cpu_share``): the CPUs
+    of its affinity mask less those other processes kept busy, capped by its cgroup's CPU quota."""
+
+    cores: int  # the host's (os.cpu_count)
+    affinity: int  # CPUs in the process's affinity mask (taskset, a container's cpuset)
+    quota_cpus: float | None = None  # its cgroup's CPU quota in CPUs (cpu.max, v1 cfs quota); None: none
+    quota_from: str | None = None  # the file the quota was read from
+    busy: float | None = None  # cores of the mask other processes kept busy just before; None: not sampled
+    threads: int  # what the runtime was given: min(round(affinity - busy), floor(quota)), at least 1
+
+    def describe(self) -> str:
+        """``8 of 16 CPUs in its affinity mask, 0.4 busy, CPU quota 4`` (``no CPU quota``)."""
+        busy = "busy not sampled" if self.busy is None else f"{self.busy:g} busy"
+        limit = "no CPU quota" if self.quota_cpus is None else f"CPU quota {self.quota_cpus:g}"
+        return f"{self.affinity} of {self.cores} CPUs in its affinity mask, {busy}, {limit}"
+
+
 class Isolation(BaseModel):
     """The host-level timing lock (``coverfarm.hostlock``) a replica held while it was timed."""
 
@@ -191,7 +211,9 @@ class OutputStability(BaseModel):
     executions: int  # timed chunks whose outputs were compared
     differing: int
     first: str | None = None  # the first differing execution: chunk, frame, output and its error
-    note: str | None = None  # why executions were not compared (a runtime that cannot hand them back)
+    # why executions were not compared: a native runtime of one process per call before its timed
+    # executions' outputs were handed back (older documents); every runtime compares them now
+    note: str | None = None
 
 
 class Replica(BaseModel):
@@ -209,7 +231,8 @@ class Replica(BaseModel):
     host_load: HostLoad | None = None
     isolation: Isolation | None = None
     outputs: OutputStability | None = None
-    threads: int | None = None  # the eager baseline's torch threads (the host's free cores)
+    threads: int | None = None  # the eager baseline's torch threads (cpus.threads where recorded)
+    cpus: CpuShare | None = None  # what decided them; None before it was recorded, and on device runs
 
 
 class LatencyStats(BaseModel):
@@ -297,12 +320,17 @@ class DeviceFailure(BaseModel):
         return said if said is not None else self.cause
 
 
+UPSTREAM = "pytorch/executorch"  # the repository a runtime's patches "#N" name pull requests of
+
+
 class RuntimeIdentity(BaseModel):
     """Which ExecuTorch executed the bundle, beside the ExecuTorch that exported it."""
 
     kind: Literal["python", "native"]
     version: str | None = None  # the wheel's version (python), the declared source version (native)
     commit: str | None = None  # declared source commit (native)
+    # upstream pull requests applied on top of the commit ("pytorch/executorch#22786"): a candidate fix
+    patches: list[str] = Field(default_factory=list)
     export_version: str | None = None  # executorch in the bundle's manifest
     matches_export: bool | None = None  # None: one of the two is unknown
     note: str | None = None  # "runtime main cff6f4dd32 (1.5.0), export executorch 1.5.1"

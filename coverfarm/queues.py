@@ -6,6 +6,8 @@ duplicated or late message is harmless (the worker's start transition turns it i
 
 from __future__ import annotations
 
+import warnings
+
 from celery import Celery
 from pydantic import BaseModel, ConfigDict
 
@@ -132,3 +134,17 @@ def send_lower(app: Celery, message: LowerMessage, queue: str, stage_timeout_s: 
 
 def send_device(app: Celery, message: DeviceMessage, queue: str) -> None:
     app.send_task(DEVICE_TASK, args=[message.model_dump(mode="json")], queue=queue)
+
+
+def quiet_as_root(app: Celery) -> None:
+    """Silence Celery's warning about a worker run by root, where it has nothing to warn about.
+
+    What it guards against is a root worker unpickling a broker message, which runs whatever code the
+    message holds; Celery itself refuses that (``SecurityError``) unless ``C_FORCE_ROOT`` is set. The
+    farm's workers and runners accept JSON alone (``make_celery``), which carries data, never code, so as
+    root (a container, ``make run`` on a fresh VM) the warning only hides coverfarm's own first lines.
+    Should pickle ever be accepted, the warning stays."""
+    from celery.exceptions import SecurityWarning
+
+    if set(app.conf.accept_content) <= {"json", "application/json"}:
+        warnings.filterwarnings("ignore", category=SecurityWarning)

@@ -8,12 +8,13 @@ and none of them reads text back (the grid's colours follow the column's kind).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from coverfarm import backends
 from coverfarm.cell_build import document_view
 from coverfarm.cell_change import ColumnChange, Direction
 from coverfarm.cell_view import CellView, Column, Kind, Latency, OffRelease
+from coverfarm.device_result import UPSTREAM
 from coverfarm.profile import CPU, ProfileSummary, blockers_of
 from coverfarm.result import Blocker, ResultDocument, ReusedFrom
 
@@ -30,6 +31,7 @@ REUSED = "↺"  # the cell reused a stored result with its reuse key instead of 
 SAME = "="  # a column that did not change from one stack to the next
 MINUS = "−"  # a negative change (a plain "-" reads as "not applicable")
 OFF_RELEASE = "⚠"  # a device run whose runtime is not the release of the cell's stack
+CANDIDATE_FIX = "⚗"  # a device run whose runtime was built with upstream pull requests applied
 
 # What a column of each kind means, where the kind alone explains it (the grid's tooltips).
 KIND_HINTS = {
@@ -149,11 +151,13 @@ def _device_text(column: Column) -> str:
 def device_text(column: Column) -> str:
     """A device cell: "✓ 12.3 ms (4.1×, 3.9–4.3)" (figure and speed-up known), "✓ 12.3 ms (~4.1×, 2.9–5.3
     wide)", "~25 ms" (its own interval wide or missing), "❌ cause", "⏳", "no device";
-    "⚠ runtime 1.5.0" after it when the run's runtime is not the stack's release, "↺" when the run is a
-    stored one of the cell's reuse key."""
+    "⚠ runtime 1.5.0" after it when the run's runtime is not the stack's release, "⚗ with #22786" when
+    it was built with a candidate fix, "↺" when the run is a stored one of the cell's reuse key."""
     text = _device_text(column)
     if column.off_release is not None:
         text += f" {off_release_label(column.off_release)}"
+    if column.patches:
+        text += f" {candidate_fix_label(column.patches)}"
     if column.reused:
         text += f" {REUSED}"
     return text
@@ -161,6 +165,21 @@ def device_text(column: Column) -> str:
 
 def off_release_label(flag: OffRelease) -> str:
     return f"{OFF_RELEASE} runtime {flag.runtime}"
+
+
+def short_pull(pull: str) -> str:
+    """``pytorch/executorch#22786`` as ``#22786``; another repository's in full."""
+    repo, _, number = pull.rpartition("#")
+    return f"#{number}" if repo == UPSTREAM else pull
+
+
+def candidate_fix_label(patches: Sequence[str]) -> str:
+    """``⚗ with #22786`` (pytorch/executorch's pull requests by number, another repository's in full)."""
+    return f"{CANDIDATE_FIX} with {', '.join(short_pull(pull) for pull in patches)}"
+
+
+def candidate_fix_hint(patches: Sequence[str]) -> str:
+    return f"runtime built with {', '.join(patches)} applied (a candidate fix, not a release)"
 
 
 def off_release_hint(flag: OffRelease) -> str:
@@ -189,6 +208,8 @@ def device_hint(device_class: str, column: Column) -> str:
     flag = column.off_release
     if flag is not None:
         parts.append(off_release_hint(flag) + (f" ({flag.note})" if flag.note else ""))
+    if column.patches:
+        parts.append(candidate_fix_hint(column.patches))
     if latency is not None and column.cause:
         parts.append(column.cause)
     if column.reused:

@@ -99,9 +99,10 @@ def run(args: argparse.Namespace) -> int:
         span = f" [{judged.low_ms:.1f}–{judged.high_ms:.1f}]" if judged.low_ms and judged.high_ms else ""
         verdict = f"known within ±{judged.width:.0%}" if judged.narrow else f"not known: {judged.reason}"
         medians = ", ".join(f"{r.median_ms:.1f}" for r in lat.replicas)
+        cpus = result.cpus.describe() if result.cpus else f"{result.free_cores} of {result.cores} cores free"
         print(
             f"{result.policy}: eager PyTorch {result.torch_version} on {result.threads} CPU threads "
-            f"({result.free_cores} of {result.cores} cores free): {judged.figure_ms:.1f}{span} ms per chunk "
+            f"({cpus}): {judged.figure_ms:.1f}{span} ms per chunk "
             f"(replica medians {medians} ms; {verdict}; jitter: p90 {lat.p90_ms:.1f} ms, min "
             f"{lat.min_ms:.1f} ms, CV {lat.cv:.3f}; {lat.iterations} timed)"
         )

@@ -50,6 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="jobs at once (COVERFARM_WORKER_CONCURRENCY, 1), fewer where each would get under 16 GB",
     )
     worker.add_argument("--name", default="cpu@%h", help="worker name (Celery's %%h is the host name)")
+    worker.add_argument(
+        "--quiet", action="store_true", help="no Celery banner at start (coverfarm up's worker runs so)"
+    )
     worker.set_defaults(func=run_worker)
 
     up = sub.add_parser(
@@ -184,7 +187,13 @@ def _up(args: argparse.Namespace) -> int:
     serving.start()
     # Its own process group, stopped as a whole below (and by the kernel should this process be killed).
     worker = start_child(
-        [sys.executable, "-c", "import sys; from coverfarm_cli import main; sys.exit(main())", "worker"]
+        [
+            sys.executable,
+            "-c",
+            "import sys; from coverfarm_cli import main; sys.exit(main())",
+            "worker",
+            "--quiet",
+        ]
     )
     runner: subprocess.Popen[bytes] | None = None
     try:
@@ -245,10 +254,13 @@ def run_worker(args: argparse.Namespace) -> int:
         f"{per_job_gb:.1f} GB each, on {queues}",
         file=sys.stderr,
     )
+    from coverfarm.queues import quiet_as_root
     from orchestrator.jobs.tasks import app
 
+    quiet_as_root(app)
     app.worker_main(
         [
+            *(["--quiet"] if args.quiet else []),  # celery's own option, before its sub-command
             "worker",
             "--queues",
             queues,

@@ -253,6 +253,11 @@ class Grid:
         """Whether a cell shown has a device run whose runtime is not its stack's release."""
         return any(field_.flagged for cell in self.cells for field_ in cell.fields)
 
+    @property
+    def candidate_fix(self) -> bool:
+        """Whether a cell shown has a device run whose runtime was built with a candidate fix."""
+        return any(tracker.CANDIDATE_FIX in field_.text for cell in self.cells for field_ in cell.fields)
+
 
 def grid(
     backends: list[str],

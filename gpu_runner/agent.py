@@ -320,7 +320,14 @@ def consume(config: RunnerConfig, settings: Settings, timing: Timing) -> None:
     from celery import Task
     from celery.exceptions import Reject
 
-    from coverfarm.queues import DEVICE_TASK, DeviceMessage, baseline_queue, device_queue, make_celery
+    from coverfarm.queues import (
+        DEVICE_TASK,
+        DeviceMessage,
+        baseline_queue,
+        device_queue,
+        make_celery,
+        quiet_as_root,
+    )
     from coverfarm.stacks import current_stack
     from gpu_runner.probe import baseline_capability
 
@@ -351,9 +358,13 @@ def consume(config: RunnerConfig, settings: Settings, timing: Timing) -> None:
     else:
         why = eager.status if eager.status != "ok" else "turned off at registration (--no-baseline)"
         log.info("no eager-baseline jobs on this host: %s", why)
+    quiet_as_root(app)
+    # Quiet: this line says what it consumes, where a consumer restarted after each health check would
+    # print Celery's banner again every time.
+    log.info("runner %s consumes %s", config.runner_id, ",".join(queues))
     app.worker_main(
         [
-            "worker",
+            "--quiet", "worker",
             "--queues", ",".join(queues),
             "--concurrency", "1",
             "--pool", "solo",

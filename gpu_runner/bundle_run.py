@@ -55,7 +55,6 @@ from gpu_runner.stats import latency_stats, mark_isolation, replica
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 Programs = Mapping[str, runtime.Program]
-Recorded = list[tuple[str, list[np.ndarray]]]
 
 
 def verify(bundle: Path, expected: str | None = None) -> str:
@@ -168,12 +167,17 @@ def runtime_identity(
     engine: runtime_module.ProgramRuntime, report: ProbeReport, manifest: Manifest
 ) -> RuntimeIdentity:
     """Which ExecuTorch runs the bundle against which exported it: the wheel's version for the Python
-    runtime, the declared source for a native binary; ``matches_export`` is False when they differ."""
+    runtime, the declared source for a native binary (with the upstream pull requests applied on top of
+    it); ``matches_export`` is False when they differ."""
     exported = manifest.versions.get("executorch")
+    patches: list[str] = []
     if isinstance(engine, NativeRuntime):
         version, commit = engine.declared.version, engine.declared.commit
+        patches = list(engine.declared.patches)
         source = f"{'source' if commit is None else commit[:10]} ({version or 'version not declared'})"
         described = f"native executor_runner built from {source}"
+        if patches:
+            described += f" with {', '.join(patches)} applied (a candidate fix)"
     else:
         version, commit = report.executorch.version, None
         described = f"executorch {version or '(version unknown)'} wheel"
@@ -185,6 +189,7 @@ def runtime_identity(
         kind=engine.kind,
         version=version,
         commit=commit,
+        patches=patches,
         export_version=exported,
         matches_export=matches,
         note=note,
@@ -357,19 +362,14 @@ def replay_testcase(bundle: Path, manifest: Manifest, programs: Programs) -> lis
     return checks
 
 
-def run_plan(
-    plan: Plan, programs: Programs, env: Mapping[str, np.ndarray], record: Recorded | None = None
-) -> dict[str, np.ndarray]:
-    """One action chunk: the plan's calls in order, each fed its inputs by name from what came before
-    (``record`` receives each call's program name and inputs)."""
+def run_plan(plan: Plan, programs: Programs, env: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One action chunk: the plan's calls in order, each fed its inputs by name from what came before."""
     values = dict(env)
     for call in plan.calls:
         missing = [name for name in call.inputs if name not in values]
         if missing:
             raise BundleError(f"the plan feeds {call.program} with {missing}, which nothing produced")
         inputs = [values[name] for name in call.inputs]
-        if record is not None:
-            record.append((call.program, inputs))
         outputs = programs[call.program](inputs)
         if len(outputs) != len(call.outputs):
             raise runtime.RuntimeFailure(
@@ -438,13 +438,8 @@ class OutputChecker:
                     self.first = f"timed chunk {self.executions} on frame {frame}: {name} {error}"
                 return
 
-    def stability(self, note: str | None) -> OutputStability:
-        return OutputStability(
-            executions=0 if note else self.executions,
-            differing=self.differing,
-            first=self.first,
-            note=note,
-        )
+    def stability(self) -> OutputStability:
+        return OutputStability(executions=self.executions, differing=self.differing, first=self.first)
 
 
 def time_chunk(
@@ -461,20 +456,10 @@ def time_chunk(
     frames, constants = _npz(bundle, "frames.npz"), _npz(bundle, "constants.npz")
     count = manifest.frames if rules.inputs == "cycle" else 1
     envs = [_frame_env(manifest, frames, constants, i) for i in range(count)]
-    recorded: dict[int, Recorded] = {}
-
-    def calls(index: int) -> Sequence[tuple[runtime.Program, Sequence[np.ndarray]]]:
-        frame = index % count
-        if frame not in recorded:  # each call's real inputs (fed back), from one untimed run
-            recorded[frame] = []
-            run_plan(manifest.plan, programs, envs[frame], recorded[frame])
-        return [(programs[name], inputs) for name, inputs in recorded[frame]]
-
     checker = OutputChecker(manifest, _npz(bundle, "references.npz"), count)
     work = runtime_module.ChunkWork(
         frames=count,
         run=lambda index: run_plan(manifest.plan, programs, envs[index % count]),
-        calls=calls,
         check=checker,
     )
     meter = LoadMeter().start()
@@ -482,7 +467,7 @@ def time_chunk(
     load = meter.stop()
     part = replica(timed.samples_ms, timed.warmup, timed.seconds, timed.stopped, timed.chunks_per_sample)
     part.host_load = load
-    part.outputs = checker.stability(timed.outputs_note)
+    part.outputs = checker.stability()
     stats = latency_stats(timed.samples_ms, timed.warmup, load_ms, rules, [part])
     stats.method, stats.frames = timed.method, count
     return stats

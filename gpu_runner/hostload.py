@@ -5,9 +5,8 @@ this process's own (``os.times``, reaped children included, plus its live descen
 ``/proc/<pid>/stat``: a native runtime's server process runs the timed program) and the difference, the
 CPU other processes took, each in cores (CPU seconds over wall seconds), with the 1-minute load average
 at both ends.
-``free_cores`` samples the same before a timing, so an eager baseline can use as many threads as the
-host has cores nobody else is using. ``host_id`` names the host, so a speed-up can check that both of its
-measurements were taken on the same one.
+``gpu_runner.cpu_share`` decides a CPU runtime's threads from the CPUs the process may use. ``host_id``
+names the host, so a speed-up can check that both of its measurements were taken on the same one.
 """
 
 from __future__ import annotations
@@ -89,7 +88,8 @@ def live_descendant_seconds(root: int | None = None) -> float:
     return total
 
 
-def _own_seconds() -> float:
+def own_seconds() -> float:
+    """CPU seconds this process has used so far, its children's included (reaped or live)."""
     times = os.times()
     return times.user + times.system + times.children_user + times.children_system + live_descendant_seconds()
 
@@ -105,13 +105,13 @@ class LoadMeter:
 
     def start(self) -> LoadMeter:
         self._loadavg = _loadavg()
-        self._busy, self._own = _busy_seconds(), _own_seconds()
+        self._busy, self._own = _busy_seconds(), own_seconds()
         self._start = time.perf_counter()
         return self
 
     def stop(self) -> HostLoad:
         window = time.perf_counter() - self._start
-        busy_now, own_now = _busy_seconds(), _own_seconds()
+        busy_now, own_now = _busy_seconds(), own_seconds()
         load = HostLoad(cores=cores(), window_s=round(window, 3))
         load.loadavg_1m_start, load.loadavg_1m_end = self._loadavg, _loadavg()
         if window >= MIN_WINDOW_S and self._busy is not None and busy_now is not None:
@@ -121,16 +121,6 @@ class LoadMeter:
             load.own_cores = round(own, 3)
             load.other_cores = round(max(busy - own, 0.0), 3)
         return load
-
-
-def free_cores(sample_s: float = 1.0) -> tuple[int, HostLoad]:
-    """The cores nobody else is using (at least one), from ``sample_s`` seconds of watching the host
-    while this process sleeps; and what was seen."""
-    meter = LoadMeter().start()
-    time.sleep(sample_s)
-    seen = meter.stop()
-    taken = seen.other_cores if seen.other_cores is not None else 0.0
-    return max(1, round(seen.cores - taken)), seen
 
 
 def host_id() -> str:

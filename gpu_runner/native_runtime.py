@@ -3,7 +3,8 @@
 The host's owner builds it from ExecuTorch (``examples/portable/executor_runner``, with
 ``EXECUTORCH_BUILD_VULKAN=ON`` for Vulkan, event tracer off) and gives its path with
 ``--executor-runner PATH`` or ``COVERFARM_EXECUTOR_RUNNER``, and the source it was built from with
-``COVERFARM_EXECUTOR_RUNNER_VERSION`` and ``COVERFARM_EXECUTOR_RUNNER_COMMIT``. coverfarm never builds it.
+``COVERFARM_EXECUTOR_RUNNER_VERSION``, ``COVERFARM_EXECUTOR_RUNNER_COMMIT`` and, for a candidate fix,
+``COVERFARM_EXECUTOR_RUNNER_PATCHES`` (``gpu_runner.declared_source``). coverfarm never builds it.
 
 What the binary offers, and so what this module relies on (ExecuTorch's ``executor_runner.cpp``):
 ``--model_path``; ``--inputs a.bin,b.bin`` (raw bytes, one file per method input in order, each
@@ -18,8 +19,10 @@ per line read on stdin: it re-reads its ``--inputs`` files, runs, rewrites its `
 and logs ``SERVER MODE DONE``. Each program of a bundle then gets one live process (``NativeServer``),
 and an action chunk is timed end to end through them, file hand-over included, as the Python runtime's
 chunk includes its numpy hand-over. An older binary runs one process per call; its latency is taken
-from its own logged execution times with ``--num_executions``, never from the wall clock of processes
-(``chunk_samples``). Either way the result says which.
+from its own logged execution times, never from the wall clock of processes: each call of a timed chunk
+is one process with ``--num_executions`` of the warm-ups and one timed execution, whose outputs it writes
+(``execution_ms``). Either way every timed chunk's outputs are checked, and the result says how the
+chunk was timed.
 
 Failures are classified (``coverfarm.device_result.DeviceFailure``): a process that ends before its program
 is loaded was refused at load, one that ends after was a crash (its signal and last lines), and one
@@ -53,6 +56,7 @@ from coverfarm.device_result import (
     TimingRules,
 )
 from coverfarm.device_words import CRASHED_WHILE_RUNNING, REFUSED_AT_LOAD, short_message
+from gpu_runner.declared_source import COMMIT_ENV_VAR, VERSION_ENV_VAR, DeclaredSource
 from gpu_runner.manifest import ProgramSpec, TensorSpec
 from gpu_runner.runtime import (
     RUNTIME_BACKEND,
@@ -65,8 +69,6 @@ from gpu_runner.runtime import (
 from gpu_runner.stats import MIN_REACHED, timed_loop
 
 ENV_VAR = "COVERFARM_EXECUTOR_RUNNER"
-VERSION_ENV_VAR = "COVERFARM_EXECUTOR_RUNNER_VERSION"
-COMMIT_ENV_VAR = "COVERFARM_EXECUTOR_RUNNER_COMMIT"
 CALL_TIMEOUT_S = 900.0
 HELP_TIMEOUT_S = 20.0
 TAIL_LINES = 40  # of a failed process's output kept in its failure
@@ -104,20 +106,6 @@ def configured_path(explicit: Path | None = None) -> Path | None:
         return explicit
     value = os.environ.get(ENV_VAR, "").strip()
     return Path(value) if value else None
-
-
-@dataclass(frozen=True)
-class DeclaredSource:
-    """The ExecuTorch source the host's owner says the binary was built from."""
-
-    version: str | None = None
-    commit: str | None = None
-
-    @classmethod
-    def from_environment(cls) -> DeclaredSource:
-        version = os.environ.get(VERSION_ENV_VAR, "").strip() or None
-        commit = os.environ.get(COMMIT_ENV_VAR, "").strip() or None
-        return cls(version=version, commit=commit)
 
 
 def check_binary(path: Path) -> None:
@@ -291,7 +279,13 @@ def logs_through_pal(binary: Path) -> bool | None:
 def describe_binary(path: Path | None, declared: DeclaredSource | None = None) -> NativeRuntimeInfo:
     """What the probe records about the native runtime (``none configured`` without a path): what the
     binary says of itself (flags, backends, logging) and the source its owner declares."""
-    declared = declared or DeclaredSource.from_environment()
+    problems = []
+    if declared is None:
+        try:
+            declared = DeclaredSource.from_environment()
+        except ValueError as error:
+            problems.append(str(error))
+            declared = DeclaredSource()
     if path is None:
         return NativeRuntimeInfo(status=f"none configured (set {ENV_VAR} or --executor-runner)")
     try:
@@ -304,7 +298,6 @@ def describe_binary(path: Path | None, declared: DeclaredSource | None = None) -
     # --etdump_path exists only in builds with ET_EVENT_TRACER_ENABLED (executor_runner.cpp).
     event_tracer = "etdump_path" in flags
     logging = logs_through_pal(path) if status == "ok" else None
-    problems = []
     if event_tracer:
         problems.append(
             "built with the event tracer (--etdump_path): the Vulkan runtime's query pool then stops "
@@ -326,6 +319,7 @@ def describe_binary(path: Path | None, declared: DeclaredSource | None = None) -
         bundle_io="bundleio_rtol" in flags,
         declared_version=declared.version,
         declared_commit=declared.commit,
+        declared_patches=list(declared.patches),
         server_mode="server_mode" in flags,
         event_tracer=event_tracer,
         logging=logging,
@@ -581,9 +575,16 @@ class NativeProgram:
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         if self.server is not None:
             return self.server(inputs)
-        return self.invoke(inputs, executions=1).outputs
+        timing = self._runtime.per_call
+        if timing is None:
+            return self.invoke(inputs, executions=1).outputs
+        executions = timing.warmup + 1  # the process's own warm-ups, then the timed execution
+        run = self.invoke(inputs, executions)
+        timing.took(self.name, run.log, executions)
+        return run.outputs  # written after the last execution: the timed one's
 
-    def invoke(self, inputs: Sequence[np.ndarray], executions: int, outputs: bool = True) -> Invocation:
+    def invoke(self, inputs: Sequence[np.ndarray], executions: int) -> Invocation:
+        """One process of ``executions`` executions on ``inputs``; the outputs it wrote after the last."""
         if len(inputs) != len(self.spec.inputs):
             raise RuntimeFailure(
                 f"program {self.name} takes {len(self.spec.inputs)} inputs, was given {len(inputs)}"
@@ -594,7 +595,7 @@ class NativeProgram:
             for i, (array, spec) in enumerate(zip(inputs, self.spec.inputs, strict=True)):
                 files.append(folder / f"in-{i}.bin")
                 files[-1].write_bytes(encode(array, spec))
-            base = folder / "out" if outputs else None
+            base = folder / "out"
             args = runner_args(
                 self._runtime.binary,
                 self.pte,
@@ -604,9 +605,7 @@ class NativeProgram:
                 quiet_outputs=self._runtime.quiet_outputs,
             )
             log, wall_ms = self._runtime.execute(args, self, "crashed", CRASHED_WHILE_RUNNING)
-            values = (
-                [decode(folder / f"out-{i}.bin", s) for i, s in enumerate(self.spec.outputs)] if base else []
-            )
+            values = [decode(folder / f"out-{i}.bin", s) for i, s in enumerate(self.spec.outputs)]
         return Invocation(outputs=values, log=log, wall_ms=wall_ms)
 
 
@@ -648,11 +647,19 @@ class NativeRuntime:
         self.binary = binary
         self.timeout_s = timeout_s
         self.load_timeout_s = timeout_s if load_timeout_s is None else load_timeout_s
-        self.declared = declared or DeclaredSource.from_environment()
+        if declared is None:
+            try:
+                declared = DeclaredSource.from_environment()
+            except ValueError as error:
+                raise RuntimeFailure(
+                    str(error), DeviceFailure(kind="runtime_unavailable", cause=str(error))
+                ) from None
+        self.declared = declared
         flags = help_flags(binary)
         self.server_mode = server_mode and "server_mode" in flags
         self.quiet_outputs = "print_output" in flags
         self._backends: list[str] | None = None
+        self.per_call: PerCallTiming | None = None  # set while time_chunk times one process per call
         self._servers: list[NativeServer] = []
         self._work: tempfile.TemporaryDirectory[str] | None = None
 
@@ -730,38 +737,66 @@ class NativeRuntime:
         return cause
 
     def time_chunk(self, work: ChunkWork, rules: TimingRules) -> TimedChunks:
-        """With server mode, whole chunks through the live processes under ``rules``' bounds, each
-        timed chunk's outputs checked (as the Python runtime does). Otherwise each call of the plan, on
-        its own inputs, ``rules.warmup`` + N times in one process, N the rules' minimum count spread
-        over the frames, timed from what the processes logged; their outputs are not handed back."""
+        """With server mode, whole chunks through the live processes under ``rules``' bounds. Otherwise
+        ``rules.min_chunks`` chunks (a fixed count), each call of a chunk one process that runs
+        ``rules.warmup`` untimed executions and the timed one, timed from what the processes logged.
+        Either way every timed chunk's outputs go through ``work.check``, outside the timed window."""
+
+        def check(index: int, outputs: object, _ms: float) -> None:
+            work.check(index, cast(Mapping[str, np.ndarray], outputs))
+
         if self.server_mode:
-
-            def check(index: int, outputs: object, _ms: float) -> None:
-                work.check(index, cast(Mapping[str, np.ndarray], outputs))
-
             timed = timed_loop(work.run, rules, after=check)
             return TimedChunks(**vars(timed), method=self.SERVER_METHOD)
-        total = rules.min_chunks
-        frames = min(work.frames, total)
         samples: list[float] = []
-        method = ""
-        for frame in range(frames):
-            count = total // frames + (1 if frame < total % frames else 0)
-            logs = []
-            for program, inputs in work.calls(frame):
-                if not isinstance(program, NativeProgram):
-                    raise TypeError(f"{program.name} was not loaded by the native runtime")
-                logs.append((program.name, program.invoke(inputs, rules.warmup + count, outputs=False).log))
-            taken, method = chunk_samples(logs, rules.warmup, count)
-            samples += taken
+        timing = PerCallTiming(rules.warmup)
+        for index in range(rules.min_chunks):
+            timing.ms.clear()
+            self.per_call = timing
+            try:
+                outputs = work.run(index)
+            finally:
+                self.per_call = None
+            samples.append(float(sum(timing.ms)))
+            check(index, outputs, samples[-1])
         return TimedChunks(
             samples_ms=samples,
             warmup=rules.warmup,
             seconds=sum(samples) / 1e3,
             stopped=MIN_REACHED
             + " (a fixed count: one process per call does not bound its executions in time)",
-            method=method,
-            outputs_note="one process per call hands back no outputs of its timed executions",
+            method=timing.method(),
+        )
+
+
+@dataclass
+class PerCallTiming:
+    """The binary's own time of each call of the chunk being timed one process per call."""
+
+    warmup: int  # untimed executions in each process before the timed one
+    ms: list[float] = field(default_factory=list)
+    calls: int = 0
+    means: bool = False  # some binary logged only its total: its mean stands for the timed execution
+
+    def took(self, name: str, log: RunnerLog, executions: int) -> None:
+        ms, own = execution_ms(name, log, executions)
+        self.ms.append(ms)
+        self.calls = len(self.ms)
+        self.means = self.means or not own
+
+    def method(self) -> str:
+        each = (
+            "the binary's own time of its last execution"
+            if not self.means
+            else "the mean of its logged total (this executor_runner logs no per-execution times; "
+            "warm-ups included)"
+        )
+        return (
+            f"one executor_runner process per call of the plan ({self.calls} per chunk), each with "
+            f"--num_executions={self.warmup + 1} ({self.warmup} untimed, then the timed one, whose outputs "
+            f"it writes and which are checked); a sample is, summed over the calls, {each}; process start, "
+            "program load and .bin file I/O excluded; load_ms is the wall time of one load-only process "
+            "per program"
         )
 
 
@@ -771,34 +806,11 @@ def _text(value: str | bytes | None) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
-def chunk_samples(
-    logs: Sequence[tuple[str, RunnerLog]], warmup: int, iterations: int
-) -> tuple[list[float], str]:
-    """Chunk samples from each plan call's log of ``warmup + iterations`` executions, and what they cover.
-
-    Sample ``j`` is the sum over the plan's calls of each call's ``warmup + j``-th execution time as the
-    binary logs it: steady-state execution only, no process start, load or file I/O. A binary that logs
-    only its total gives one sample, the sum of the calls' mean times, and says so.
-    """
-    executions = warmup + iterations
-    per_call: list[list[float]] = []
-    means: list[float] = []
-    for name, log in logs:
-        if len(log.iteration_ms) == executions:
-            per_call.append(log.iteration_ms[warmup:])
-        if log.total_execute_ms is None:
-            raise RuntimeFailure(f"executor_runner logged no execution time for {name}")
-        means.append(log.total_execute_ms / max(log.executions or executions, 1))
-    if len(per_call) == len(logs):
-        samples = [float(sum(times)) for times in zip(*per_call, strict=True)]
-        return samples, (
-            f"executor_runner's own per-execution times, summed over the plan's {len(logs)} calls "
-            f"(each call one process with --num_executions={executions}, the first {warmup} "
-            "dropped); process start, program load and .bin file I/O excluded; load_ms is the wall "
-            "time of one load-only process per program"
-        )
-    return [float(sum(means))], (
-        "this executor_runner logs only its total execution time: one sample, the sum over the "
-        f"plan's {len(logs)} calls of each call's mean over --num_executions={executions} "
-        "(warm-up executions included); process start, load and file I/O excluded"
-    )
+def execution_ms(name: str, log: RunnerLog, executions: int) -> tuple[float, bool]:
+    """The binary's own milliseconds for the last of a process's ``executions``, and True; where it
+    logged only its total, the mean of its executions, and False."""
+    if len(log.iteration_ms) == executions and executions > 0:
+        return log.iteration_ms[-1], True
+    if log.total_execute_ms is None:
+        raise RuntimeFailure(f"executor_runner logged no execution time for {name}")
+    return log.total_execute_ms / max(log.executions or executions, 1), False

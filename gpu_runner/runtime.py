@@ -156,15 +156,13 @@ class Program(Protocol):
 class ChunkWork:
     """What a runtime times: the bundle's action chunk, chunk ``i`` on frame ``frame(i)``.
 
-    ``run(i)`` runs chunk ``i`` in this process and returns the plan's outputs; ``calls(i)`` gives the
-    plan's program calls of chunk ``i``'s frame with their real inputs (fed back, from an untimed run),
-    for a runtime that times each call apart; ``check(i, outputs)`` compares a timed chunk's outputs with
-    the reference of its frame and must be called outside the timed window for every timed chunk.
+    ``run(i)`` runs chunk ``i`` through the loaded programs and returns the plan's outputs; ``check(i,
+    outputs)`` compares a timed chunk's outputs with the reference of its frame and must be called
+    outside the timed window for every timed chunk.
     """
 
     frames: int  # distinct inputs the chunks cycle over (1: frame 0 only)
     run: Callable[[int], Mapping[str, np.ndarray]]
-    calls: Callable[[int], Sequence[tuple[Program, Sequence[np.ndarray]]]]
     check: Callable[[int, Mapping[str, np.ndarray]], None]
 
     def frame(self, index: int) -> int:
@@ -173,11 +171,10 @@ class ChunkWork:
 
 @dataclass
 class TimedChunks(Timed):
-    """A runtime's timed chunks: the loop's samples, what one sample covers, and whether every timed
-    chunk's outputs went through ``ChunkWork.check`` (``outputs_note`` says why not)."""
+    """A runtime's timed chunks: the loop's samples and what one sample covers. Every timed chunk's
+    outputs went through ``ChunkWork.check``."""
 
     method: str = ""
-    outputs_note: str | None = None
 
 
 class ProgramRuntime(Protocol):

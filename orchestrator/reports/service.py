@@ -113,6 +113,11 @@ def _coverage(cells: list[Cell], backend: str, views: Views) -> list[str]:
             f'  • "{tracker.OFF_RELEASE} runtime X" after a device cell: that run\'s ExecuTorch runtime is '
             "X, not the release of the cell's stack, so a difference there may be the runtime's (Built on)."
         )
+    if any(column.patches for view in rendered for column in view.devices.values()):
+        lines.append(
+            f'  • "{tracker.CANDIDATE_FIX} with #N" after a device cell: that run\'s runtime was built with '
+            "upstream pull request #N applied (a candidate fix, not a release; Built on says on top of what)."
+        )
     lines.append(f"  • {PENDING}: this cell is being measured (running or queued).")
     return lines
 

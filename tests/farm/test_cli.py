@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import queue
 import subprocess
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -138,3 +141,51 @@ def test_up_runs_a_sweep_on_the_embedded_default(tmp_path: Path) -> None:
     assert (home / "admin-token").stat().st_mode & 0o777 == 0o600
     # Everything lives in home: nothing lands in the directory the commands ran from.
     assert sorted(path.name for path in tmp_path.iterdir()) == ["home"]
+
+
+def test_up_prints_coverfarm_lines_first(tmp_path: Path) -> None:
+    """What `coverfarm up` prints until its CPU worker and its local runner's consumer are ready:
+    coverfarm's own lines first, no Celery banner, and (run as root) no superuser SecurityWarning: both
+    accept JSON only."""
+    env = child_env({"COVERFARM_HOME": str(tmp_path / "home"), "COVERFARM_ENGINE": "standin_engine:analyze"})
+    up = subprocess.Popen(
+        coverfarm_command("up", "--policies", "act", "--backends", "vulkan", "--port", str(free_port())),
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert up.stdout is not None
+    printed: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        for line in up.stdout or []:
+            printed.put(line.rstrip("\n"))
+        printed.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    lines: list[str] = []
+
+    def ready() -> set[str]:  # Celery's own log line: "cpu@host ready.", "runner-1@host ready."
+        return {
+            name
+            for name in ("cpu@", "runner-")
+            for line in lines
+            if name in line and line.endswith(" ready.")
+        }
+
+    deadline = time.monotonic() + 300
+    try:  # until both are ready, up ends, or the deadline
+        while len(ready()) < 2:
+            line = printed.get(timeout=max(deadline - time.monotonic(), 0.1))
+            if line is None:
+                break
+            lines.append(line)
+    except queue.Empty:
+        pass
+    finally:
+        up.terminate()  # SIGTERM stops its worker and runner with it
+        up.wait(timeout=60)
+    text = "\n".join(lines)
+    assert ready() == {"cpu@", "runner-"}, text[-3000:]
+    assert lines[0].startswith("coverfarm: "), text[:3000]
+    assert "SecurityWarning" not in text and "superuser privileges" not in text
+    assert "-------------- " not in text and "[queues]" not in text  # Celery's banner
+    assert "coverfarm: worker of stack" in text and "coverfarm: serving http://" in text

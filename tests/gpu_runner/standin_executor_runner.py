@@ -15,7 +15,9 @@ need are injected through the environment:
   ``tests/gpu_runner/recorded/``) and abort, as a failed ``ET_CHECK`` or an uncaught exception does;
 - ``STANDIN_CRASH_AFTER=N``: die of SIGSEGV at execution N+1 (counted over the process);
 - ``STANDIN_HANG_AFTER=N``: stop answering at execution N+1;
-- ``STANDIN_ALTER_EXECUTION=K``: add 1 to output 0 of execution K only (1-based, over the process).
+- ``STANDIN_ALTER_EXECUTION=K``: add 1 to output 0 of execution K only (1-based, over the process);
+- ``STANDIN_COUNT_FILE=<file>``: count executions over every process that shares the file instead (one
+  process per call: the K-th execution of the whole run).
 
 ``write_standin(folder, event_tracer=True)`` stands in for a build with the event tracer on
 (``EXECUTORCH_ENABLE_EVENT_TRACER=ON``): it has ``--etdump_path``, and with it loads the program through
@@ -127,6 +129,10 @@ def main() -> None:
             array = np.frombuffer(path.read_bytes(), dtype=dtype)
             arrays.append(torch.from_numpy(array.reshape(tensor.sizes()).copy()))
         executions[0] += 1
+        if shared := os.environ.get("STANDIN_COUNT_FILE"):
+            counter = Path(shared)
+            executions[0] = int(counter.read_text() or 0) + 1 if counter.is_file() else 1
+            counter.write_text(str(executions[0]))
         crash, hang = os.environ.get("STANDIN_CRASH_AFTER"), os.environ.get("STANDIN_HANG_AFTER")
         if crash is not None and executions[0] > int(crash):
             os.kill(os.getpid(), signal.SIGSEGV)

@@ -24,10 +24,10 @@ from gpu_runner.bundle_run import run_bundle
 from gpu_runner.manifest import TensorSpec, load_manifest
 from gpu_runner.native_runtime import (
     ENV_VAR,
-    chunk_samples,
     decode,
     describe_binary,
     encode,
+    execution_ms,
     parse_log,
     runner_args,
     scan_backends,
@@ -164,18 +164,13 @@ def test_log_of_a_refused_program() -> None:
     assert bundleio.bundleio_passed is True
 
 
-def test_chunk_samples_from_the_logs_of_a_plan() -> None:
-    """Two calls of a plan (obs, then step), each run 3 times: one warm-up dropped, sums per execution."""
-    step = RECENT_LOG.replace("113.912000", "10.0").replace("104.870000", "7.5").replace("105.004000", "8.0")
-    samples, method = chunk_samples([("obs", parse_log(RECENT_LOG)), ("step", parse_log(step))], 1, 2)
-    assert samples == pytest.approx([104.870 + 7.5, 105.004 + 8.0])
-    assert "per-execution times, summed over the plan's 2 calls" in method and "first 1 dropped" in method
-    older = parse_log(OLDER_LOG.replace("4 time(s)", "3 time(s)"))
-    samples, method = chunk_samples([("obs", parse_log(RECENT_LOG)), ("step", older)], 1, 2)
-    assert samples == pytest.approx([323.786 / 3 + 2.5 / 3])  # one sample of means, and it says so
-    assert method.startswith("this executor_runner logs only its total")
+def test_a_timed_execution_is_the_last_the_binary_logged() -> None:
+    """One process per call: the warm-ups, then the timed execution, whose own logged time is the call's."""
+    assert execution_ms("obs", parse_log(RECENT_LOG), 3) == (pytest.approx(105.004), True)
+    older = parse_log(OLDER_LOG)  # only a total: the mean stands for it, and says so
+    assert execution_ms("obs", older, 4) == (pytest.approx(2.5 / 4), False)
     with pytest.raises(RuntimeFailure, match="logged no execution time for obs"):
-        chunk_samples([("obs", parse_log(FAILED_LOG))], 0, 1)
+        execution_ms("obs", parse_log(FAILED_LOG), 1)
 
 
 LOAD_VULKAN = """

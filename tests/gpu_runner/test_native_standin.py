@@ -134,12 +134,33 @@ def test_server_mode_loads_once_times_chunks_and_records_the_declared_runtime(
     assert native.declared_version == "1.5.0" and native.problems == []
 
 
-def test_one_process_per_call_takes_the_binarys_own_execution_times(binary: Path) -> None:
-    result = run_health(binary, server_mode=False)
-    assert result.status == "ok", result.error
+# Executions of the health bundle (4 frames) before its timed chunks: the test case's 1, the frames' 4,
+# then in server mode the one warm-up chunk (chunk 0; the timed chunks 1-3 are executions 7-9), and one
+# process per call runs a warm-up and the timed execution in each (chunks 0-2: executions 6-7, 8-9, 10-11).
+@pytest.mark.parametrize(
+    ("server_mode", "altered", "frame"), [(True, 8, 2), (False, 9, 1)], ids=["server", "per-call"]
+)
+def test_one_altered_timed_output_fails_as_wrong_output(
+    binary: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, server_mode: bool, altered: int, frame: int
+) -> None:
+    monkeypatch.setenv("STANDIN_ALTER_EXECUTION", str(altered))
+    monkeypatch.setenv("STANDIN_COUNT_FILE", str(tmp_path / "executions"))  # counted over the processes
+    result = run_health(binary, server_mode=server_mode)
+    assert result.status == "failed" and result.failure is not None
+    assert result.failure.kind == "wrong_output"
+    assert result.testcase[0].passed and result.frames is not None and result.frames.passed
+    assert result.failure.cause == (
+        f"output not stable: 1 of 3 executions differ (timed chunk 2 on frame {frame}: out max abs error 1)"
+    )
+    assert (tmp_path / "executions").read_text() == str(9 if server_mode else 11)
     assert result.latency is not None and result.latency.method is not None
-    assert "executor_runner's own per-execution times" in result.latency.method
-    assert result.load is not None and result.load.programs[0].warm_ms is None
+    (replica,) = result.latency.replicas
+    assert replica.outputs is not None and replica.outputs.note is None  # every timed chunk checked
+    assert (replica.outputs.executions, replica.outputs.differing) == (3, 1)
+    if not server_mode:  # the binary's own times, one warm-up and the timed execution per process
+        assert "the binary's own time of its last execution" in result.latency.method
+        assert "--num_executions=2" in result.latency.method
+        assert result.load is not None and result.load.programs[0].warm_ms is None
 
 
 def test_a_refused_program_fails_at_load_with_the_runtimes_message(

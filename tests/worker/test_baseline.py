@@ -3,6 +3,8 @@ by the farm's baseline jobs, tests/devices/test_farm_real_act.py and test_up.py)
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -70,3 +72,28 @@ def test_a_baseline_without_rules_gives_no_speedup() -> None:
     assert speedup(eager, None).reasons == ["no device latency"]
     failed = BaselineResult(policy="act", options=Options(), frames=1, status="failed")
     assert speedup(failed, device).reasons == ["the eager baseline ended failed: no figure"]
+
+
+@pytest.mark.real_policy
+def test_the_baseline_runs_on_the_cpus_its_process_may_use(tmp_path: Path) -> None:
+    """act's eager baseline in a real child process pinned to one CPU, in a cgroup of half a CPU
+    (``COVERFARM_CGROUP_ROOT``, tests/gpu_runner/test_cpu_share.py): one torch thread, and all three
+    bounds recorded in the document and its replica."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        number, controllers, relative = line.split(":", 2)
+        if number == "0" and controllers == "":
+            (tmp_path / relative.lstrip("/")).mkdir(parents=True, exist_ok=True)
+            (tmp_path / relative.lstrip("/") / "cpu.max").write_text("50000 100000\n")
+    quick = ["--warmup", "0", "--min-chunks", "1", "--min-seconds", "0", "--replicas", "1", "--frames", "1"]
+    quick += ["--timeout", "600", "--json"]
+    run = subprocess.run(
+        ["taskset", "-c", "0", *COVERFARM, "baseline", "--policy", "act", *quick],
+        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "COVERFARM_CGROUP_ROOT": str(tmp_path)},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    result = BaselineResult.model_validate_json(run.stdout)
+    assert result.cpus is not None and result.threads == result.cpus.threads == 1
+    assert (result.cpus.affinity, result.cpus.quota_cpus) == (1, 0.5)
+    assert result.cpus.busy is not None and result.cores == os.cpu_count()
+    assert result.latency is not None and result.latency.replicas[0].cpus == result.cpus
+    assert "timing on 1 torch threads (1 of" in run.stderr and "CPU quota 0.5" in run.stderr

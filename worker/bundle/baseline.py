@@ -5,7 +5,8 @@ it (same seed, checkpoint and frames), and one action chunk is the adapter's chu
 eager modules under ``torch.no_grad`` — exactly what computes a bundle's reference outputs. The chunks
 cycle over the bundle's frames (``TimingRules.inputs``; frame 0 alone as an option), as the device run
 does, under the rules' time bounds (``gpu_runner.stats.timed_loop``), with as many torch threads as the
-host has free cores (both recorded). Each replica runs in a fresh child process
+process has CPUs to itself (``gpu_runner.cpu_share``: its affinity mask less the busy CPUs, capped by its
+cgroup's quota; all three recorded). Each replica runs in a fresh child process
 (``python -m worker.bundle.baseline``) bounded per phase by the options' ``timeout_s``, so the caller never
 imports torch and a policy that hangs is killed; all replicas run inside one hold of the host's timing
 lock (``coverfarm.hostlock``), and ``gpu_runner.stats.combine`` judges them together.
@@ -22,10 +23,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from coverfarm.baseline import BaselineResult
-from coverfarm.device_result import HostLoad, LatencyStats, TimingRules
+from coverfarm.device_result import CpuShare, HostLoad, LatencyStats, TimingRules
 from coverfarm.hostlock import held
 from coverfarm.result import Options
-from gpu_runner.hostload import LoadMeter, free_cores, host_id
+from gpu_runner.cpu_share import cpu_share, threads_for
+from gpu_runner.hostload import LoadMeter, host_id
 from gpu_runner.probe import board
 from gpu_runner.stats import combine, latency_stats, mark_isolation, replica, timed_loop
 from worker.child.bounded import StageRun, run_bounded
@@ -121,8 +123,9 @@ def _fold(run: StageRun, rules: TimingRules, result: BaselineResult, timeout_s: 
     if "built" in events:
         built = events["built"]
         result.build_s = built["seconds"]
-        result.threads, result.cores = built["threads"], built["cores"]
-        result.free_cores = built["free_cores"]
+        cpus = result.cpus = CpuShare.model_validate(built["cpus"])
+        result.threads, result.cores = built["threads"], cpus.cores
+        result.free_cores = threads_for(cpus.affinity, None, cpus.busy)
     latency = None
     # Each sample is logged as it is taken, so a timing phase cut at its bound keeps its samples.
     samples = [event["ms"] for event in run.events if event["event"] == "sample"]
@@ -135,7 +138,7 @@ def _fold(run: StageRun, rules: TimingRules, result: BaselineResult, timeout_s: 
         )  # fmt: skip
         if "load" in events:
             part.host_load = HostLoad.model_validate(events["load"]["load"])
-        part.threads = result.threads
+        part.threads, part.cpus = result.threads, result.cpus
         latency = latency_stats(samples, part.warmup, (result.build_s or 0.0) * 1e3, rules, [part])
         latency.frames = result.frames
     if run.timed_out_phase is not None:
@@ -152,9 +155,10 @@ def _fold(run: StageRun, rules: TimingRules, result: BaselineResult, timeout_s: 
 
 def _report(event: dict[str, Any], say: Progress) -> None:
     if event["event"] == "built":
+        cpus = CpuShare.model_validate(event["cpus"])
         say(
             f"baseline: built in {event['seconds']:.1f} s; timing on {event['threads']} torch threads "
-            f"({event['free_cores']} of {event['cores']} cores free)"
+            f"({cpus.describe()})"
         )
 
 
@@ -176,11 +180,11 @@ def _child(args: argparse.Namespace, log: EventLog) -> None:
     traced = get_adapter(args.policy)(seed=args.seed, checkpoint=args.checkpoint)
     frames = [traced.make_frame(i) for i in range(args.frames)]
     seconds = time.perf_counter() - start
-    # As many intra-op threads as the host has cores nobody else uses: PyTorch's pool collapses when
+    # As many intra-op threads as this process has CPUs nobody else uses: PyTorch's pool collapses when
     # one of its threads shares a core, while a device runtime's pool barely moves.
-    free, _seen = free_cores()
-    torch.set_num_threads(free)
-    log.emit("built", seconds=seconds, threads=torch.get_num_threads(), cores=_seen.cores, free_cores=free)
+    cpus = cpu_share()
+    torch.set_num_threads(cpus.threads)
+    log.emit("built", seconds=seconds, threads=torch.get_num_threads(), cpus=cpus.model_dump(mode="json"))
     log.emit("phase", phase="time")
 
     def chunk(index: int) -> None:

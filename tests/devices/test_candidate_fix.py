@@ -1,0 +1,93 @@
+"""A runtime built with a candidate upstream fix: the host declares the pull requests applied on top of its
+source (``COVERFARM_EXECUTOR_RUNNER_PATCHES``), the runner records them in the result's runtime identity,
+and the farm shows them on the run's cells: the grid, the cell's details and the report read
+``⚗ with #22786``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from devicetools import CLASS, device_result, enrol, lower_with_bundle
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session, sessionmaker
+from standin_executor_runner import write_standin
+
+from coverfarm.device_result import Board, ExecutorchInfo, ProbeReport
+from coverfarm.digest import bundle_digest
+from coverfarm.settings import Settings
+from coverfarm.signing import new_key_pair, sign
+from gpu_runner.bundle_run import run_bundle, runtime_identity
+from gpu_runner.declared_source import PATCHES_ENV_VAR, DeclaredSource, upstream_pulls
+from gpu_runner.manifest import load_manifest
+from gpu_runner.native_runtime import NativeRuntime, describe_binary
+
+ROOT = Path(__file__).resolve().parents[2]
+HEALTH = ROOT / "orchestrator" / "artifacts" / "health" / "xnnpack"
+FIX = "pytorch/executorch#22786"
+
+
+def test_patches_are_upstream_pull_requests() -> None:
+    given = "#22786, pytorch/executorch#22786 https://github.com/pytorch/executorch/pull/22790 me/et#7"
+    assert upstream_pulls(given) == (FIX, "pytorch/executorch#22790", "me/et#7")
+    assert upstream_pulls("  ") == ()
+    with pytest.raises(ValueError, match=f"{PATCHES_ENV_VAR}: 'logical_not' is not an upstream pull request"):
+        upstream_pulls("#22786,logical_not")
+
+
+def test_the_runner_records_a_declared_candidate_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    binary = write_standin(tmp_path)
+    monkeypatch.setenv(PATCHES_ENV_VAR, "#22786")
+    engine = NativeRuntime(binary, declared=None)
+    assert engine.declared == DeclaredSource(patches=(FIX,))
+    report = ProbeReport(
+        board=Board(cores=2, arch="x86_64"), vulkan_status="none", executorch=ExecutorchInfo()
+    )
+    identity = runtime_identity(engine, report, load_manifest(HEALTH))
+    assert identity.patches == [FIX]
+    assert identity.note is not None and f"with {FIX} applied (a candidate fix)" in identity.note
+    assert describe_binary(binary).declared_patches == [FIX]
+
+    monkeypatch.setenv(PATCHES_ENV_VAR, "the-logical-not-fix")  # a mistake: said, and nothing runs
+    assert "'the-logical-not-fix' is not an upstream pull request" in describe_binary(binary).problems[0]
+    sha = bundle_digest(HEALTH)
+    refused = run_bundle(HEALTH, expected_sha256=sha, runtime="native", executor_runner=binary)
+    assert refused.status == "failed" and refused.failure is not None
+    assert refused.failure.kind == "runtime_unavailable" and PATCHES_ENV_VAR in refused.failure.cause
+
+
+def test_a_candidate_fix_runtime_is_shown_on_its_cells(
+    client: TestClient, admin: dict[str, str], sessions: sessionmaker[Session], settings: Settings,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    private_key, public_key = new_key_pair()
+    runner_id, _ = enrol(client, admin, signing_key=public_key)
+    body = {"policies": ["act", "vqbet"], "backends": ["xnnpack"], "device_classes": [CLASS]}
+    sweep = client.post("/api/sweeps", headers=admin, json=body).json()
+    cells = {cell["policy"]: cell for cell in sweep["cells"]}
+    patched = lower_with_bundle(sessions, settings, cells["act"]["jobs"][0]["id"], "act", tmp_path / "a")
+    plain = lower_with_bundle(sessions, settings, cells["vqbet"]["jobs"][0]["id"], "vqbet", tmp_path / "v")
+    identity = {"kind": "native", "version": "1.5.1", "commit": "3b60683923", "export_version": "1.5.1"}
+    note = (
+        f"runtime native executor_runner built from 3b60683923 (1.5.1) with {FIX} applied (a candidate fix)"
+    )
+    with_fix = {
+        **device_result(patched.sha256, 25.0),
+        "runtime_identity": {**identity, "patches": [FIX], "note": note},
+    }
+    without = {**device_result(plain.sha256, 30.0), "policy": "vqbet", "runtime_identity": identity}
+    for document in (with_fix, without):
+        stored = client.post(
+            "/api/results/import", headers=admin, json=sign(document, runner_id, private_key)
+        )
+        assert stored.status_code == 201, stored.text
+
+    grid = client.get(f"/sweeps/{sweep['id']}").text
+    assert "25 ms ⚗ with #22786" in grid and "30 ms ⚗" not in grid
+    assert "with #N</b>: that device run's runtime was built with upstream pull request #N applied" in grid
+    details = client.get(f"/cells/{cells['act']['id']}").text
+    assert "⚗ with #22786" in details and f"runtime built with {FIX} applied (a candidate fix" in details
+    assert "⚗" not in client.get(f"/cells/{cells['vqbet']['id']}").text
+    report = client.get(f"/api/sweeps/{sweep['id']}/report.md").text
+    assert "✓ 25 ms ⚗ with #22786 |" in report and "✓ 30 ms |" in report
+    assert '"⚗ with #N" after a device cell' in report and note in report  # the legend and Built on
