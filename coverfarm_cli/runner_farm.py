@@ -11,9 +11,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,7 @@ from coverfarm.result import error_line
 from coverfarm.settings import Settings, get_settings
 from coverfarm_cli import offline
 from coverfarm_cli.farm_api import DEFAULT_URL, _request, _token
-from gpu_runner.timing_options import add_timing_options, timing_rules
+from gpu_runner.timing_options import OPTIONS, add_timing_options, timing_rules
 
 CLI = "import sys; from coverfarm_cli import main; sys.exit(main())"
 
@@ -203,9 +205,10 @@ def start_local_runner(
             _request("POST", f"{url}/api/runners/{previous.runner_id}/revoke", token)
     issued = _request("POST", f"{url}/api/enrolment-tokens", token, json={}).json()["token"]
     name = f"local@{socket.gethostname()}"
+    baseline, why = local_baseline(settings)
     enrolled = subprocess.run(
         [sys.executable, "-c", CLI, "runner", "register", "--url", url, "--token", issued, "--name", name,
-         "--config", str(path)],
+         "--config", str(path), *([] if baseline else ["--no-baseline"])],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     if enrolled.returncode != 0:
@@ -216,6 +219,43 @@ def start_local_runner(
 
     cpu = {name for name, info in backends.registry().items() if info.cpu_class}
     classes = [name for name in load(path).device_classes if backend_of(name) in cpu]
-    runner = start_child([sys.executable, "-c", CLI, "runner", "start", "--config", str(path)])
-    print(f"coverfarm: local device runner for {', '.join(classes) or 'no class'}", file=sys.stderr)
+    runner = start_child(
+        [sys.executable, "-c", CLI, "runner", "start", "--config", str(path), *local_timing(os.environ)]
+    )
+    print(f"coverfarm: local device runner for {', '.join(classes) or 'no class'}; {why}", file=sys.stderr)
     return runner, classes
+
+
+# What `coverfarm up`'s own runner times when no COVERFARM_TIMING__ setting says otherwise: every bundle's
+# outputs are checked in full (test case, frames, every timed chunk), its latency from two replicas (the
+# fewest with an interval) of a short window. It shares the host with the lowering: a figure there says
+# how the bundle runs on this host, not what a quiet one would give.
+LOCAL_TIMING = {"replicas": "2", "warmup": "1", "min_chunks": "3", "min_s": "0.5", "max_s": "20"}
+
+
+def local_timing(environ: Mapping[str, str]) -> list[str]:
+    """``runner start``'s timing options for ``up``'s runner, for each rule the environment leaves unset."""
+    option_of = {field: option for option, (field, _, _) in OPTIONS.items()}
+    return [
+        arg
+        for field, value in LOCAL_TIMING.items()
+        if f"COVERFARM_TIMING__{field.upper()}" not in environ
+        for arg in (option_of[field], value)
+    ]
+
+
+def local_baseline(settings: Settings) -> tuple[bool, str]:
+    """Whether ``up``'s runner takes eager-baseline jobs, and the words that say why (printed by ``up``)."""
+    from gpu_runner.cpu_share import cpu_share, threads_for
+
+    # The host's bound (affinity mask and quota), not what is busy at this moment: the sweep has not
+    # started yet, and the baseline measures its own busy CPUs when it runs.
+    share = cpu_share(sample_s=0)
+    cpus = threads_for(share.affinity, share.quota_cpus, None)
+    if cpus >= settings.up_baseline_min_cpus:
+        return True, f"eager PyTorch timed beside it on up to {cpus} CPUs for the speed-ups"
+    return False, (
+        f"outputs checked and timed briefly, no eager baseline: this process may use {cpus} "
+        f"CPU{'' if cpus == 1 else 's'}, fewer than the {settings.up_baseline_min_cpus} a known speed-up "
+        "needs here (COVERFARM_UP_BASELINE_MIN_CPUS); a runner host of its own gives one"
+    )
