@@ -187,6 +187,18 @@ def sweep_bundles(
     return runs.sweep_bundles(session, sweep_id, device_class, settings)
 
 
+def _stored_bundle(request: Request, sha256: str) -> ArtifactStore:
+    """The artifact store, once ``sha256`` is a well-formed address of a bundle it holds (else 422, 404)."""
+    store = _store(request)
+    try:
+        check_sha(sha256)
+    except ArtifactError as error:
+        raise Unprocessable(str(error), ("path", "sha256")) from None
+    if not store.has(sha256):
+        raise Missing(f"bundle {sha256} is not in the artifact store")
+    return store
+
+
 @router.get(
     "/artifacts/{sha256}",
     dependencies=[RunnerOrAdminDep],
@@ -195,13 +207,7 @@ def sweep_bundles(
 )
 def artifact(sha256: Text, request: Request) -> StreamingResponse:
     """The bundle as an uncompressed tar; the runner verifies its sha256 after unpacking."""
-    store = _store(request)
-    try:
-        check_sha(sha256)
-    except ArtifactError as error:
-        raise Unprocessable(str(error), ("path", "sha256")) from None
-    if not store.has(sha256):
-        raise Missing(f"bundle {sha256} is not in the artifact store")
+    store = _stored_bundle(request, sha256)
     return StreamingResponse(store.tar_stream(sha256), media_type="application/x-tar")
 
 
@@ -214,13 +220,7 @@ def artifact(sha256: Text, request: Request) -> StreamingResponse:
 def artifact_file(sha256: str, name: str, request: Request) -> FileResponse:
     """One file of a stored bundle by its path inside it: a lowered program is
     ``programs/<program>.pte``, the manifest ``manifest.json``."""
-    store = _store(request)
-    try:
-        check_sha(sha256)
-    except ArtifactError as error:
-        raise Unprocessable(str(error), ("path", "sha256")) from None
-    if not store.has(sha256):
-        raise Missing(f"bundle {sha256} is not in the artifact store")
+    store = _stored_bundle(request, sha256)
     try:
         found = store.file(sha256, name)
     except NotStored as error:
