@@ -61,7 +61,7 @@ def check_text(text: str) -> str:
 # Any string of a request that is stored or compared with a column.
 Text = Annotated[str, AfterValidator(check_text)]
 # A policy, backend, device class or stack name: the columns that keep them are 64 characters wide.
-Name = Annotated[Text, Field(min_length=1, max_length=64)]
+Name = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(check_text)]
 
 
 def _reject_constant(name: str) -> float:

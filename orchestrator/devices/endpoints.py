@@ -217,7 +217,7 @@ def artifact(sha256: Text, request: Request) -> StreamingResponse:
     response_class=FileResponse,
     responses={**responses(401, 403, 404), 200: {"content": {"application/octet-stream": {}}}},
 )
-def artifact_file(sha256: str, name: str, request: Request) -> FileResponse:
+def artifact_file(sha256: Text, name: Text, request: Request) -> FileResponse:
     """One file of a stored bundle by its path inside it: a lowered program is
     ``programs/<program>.pte``, the manifest ``manifest.json``."""
     store = _stored_bundle(request, sha256)

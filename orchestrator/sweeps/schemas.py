@@ -10,12 +10,13 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from coverfarm.result import Options, ResultDocument
 from coverfarm.routes import check_stack_name
 from coverfarm.stacks import DEFAULT_STACK
-from orchestrator.inputs import Flag, Name, Number
+from orchestrator.inputs import Flag, Name, Number, Text
 from orchestrator.models import JobStatus
 
 # A stack name (coverfarm.stacks) is part of its queues' names (coverfarm.routes), so it is held to
 # their rule too.
-StackName = Annotated[Name, Field(strict=True), AfterValidator(check_stack_name)]
+# The stack rule says what a well-formed name is (its length included); Text refuses a NUL before it.
+StackName = Annotated[Text, Field(strict=True), AfterValidator(check_stack_name)]
 
 
 class SweepOptions(BaseModel):

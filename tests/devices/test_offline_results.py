@@ -116,7 +116,10 @@ def test_offline_host_runs_a_sweeps_bundles_and_its_signed_results_are_imported(
         cells = select(Cell.id).where(Cell.sweep_id == sweep_id)
         runs = session.scalars(select(DeviceRun).where(DeviceRun.cell_id.in_(cells))).all()
         assert {(r.device_class, r.source, r.runner_id) for r in runs} == {(CLASS, "import", runner_id)}
-        kinds = session.scalars(select(Event.kind).where(Event.id > events_before)).all()
+        # this sweep's events: the session's farm serves other tests' sweeps and runners meanwhile
+        kinds = session.scalars(
+            select(Event.kind).where(Event.id > events_before, Event.sweep_id == sweep_id)
+        ).all()
         assert kinds.count("device") == 2  # one per stored cell, for an open grid
     cells = api.get(f"/api/sweeps/{sweep_id}").json()["cells"]
     assert len(cells) == 2

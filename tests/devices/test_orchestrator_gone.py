@@ -117,7 +117,7 @@ def started_worker_and_runner(process: subprocess.Popen[bytes], log: Path) -> se
         assert process.poll() is None, log.read_text()[-3000:]
         found = children(process.pid)
         lines = {pid: command_line(pid) for pid in found}
-        has_worker = any(line.endswith(" worker") for line in lines.values())
+        has_worker = any(" worker " in f"{line} " for line in lines.values())  # `worker --quiet` too
         has_runner = any(" runner start " in line for line in lines.values())
         return found if has_worker and has_runner else None
 

@@ -257,8 +257,8 @@ def test_a_nul_in_any_name_parameter_is_422_naming_it_on_postgres(
     good = {"policy": "act", "backend": "vulkan", "device_class": "cpu-x86_64-xnnpack", "sha256": "0" * 64}
     for template, where, name in name_parameters(client):
         ids = {"sweep_id": sweep, "cell_id": 1, "a": sweep, "b": sweep}
-        if where == "path":
-            url = template.format(**ids, **{name: value})
+        if where == "path":  # every other path parameter well formed
+            url = template.format(**{**ids, "sha256": "0" * 64, "name": "manifest.json", name: value})
         else:
             url = template.format(**ids, **{key: "x" for key in ("sha256", "name")}) + f"?{name}={value}"
         response = client.get(url, headers=admin)
