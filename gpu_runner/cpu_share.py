@@ -28,12 +28,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from coverfarm.device_result import CpuShare
-from gpu_runner.hostload import own_seconds
+from gpu_runner.hostload import busy_seconds, own_seconds
 
 ROOT_ENV_VAR = "COVERFARM_CGROUP_ROOT"
 DEFAULT_ROOT = Path("/sys/fs/cgroup")
 _MEMBERSHIP = Path("/proc/self/cgroup")
-_STAT = Path("/proc/stat")
 
 
 def affinity() -> set[int]:
@@ -112,33 +111,14 @@ def quota(root: Path | None = None, membership: str | None = None) -> tuple[floa
     return min(found)
 
 
-def _cpu_busy_seconds(cpus: set[int]) -> float | None:
-    """CPU seconds the CPUs ``cpus`` have spent busy since boot (every state but idle and iowait)."""
-    try:
-        lines = _STAT.read_text().splitlines()
-    except OSError:
-        return None
-    total, seen = 0, 0
-    for line in lines:
-        fields = line.split()
-        if not fields or not fields[0].startswith("cpu") or fields[0] == "cpu":
-            continue
-        if int(fields[0][3:]) not in cpus:
-            continue
-        ticks = [int(value) for value in fields[1:9]]  # user nice system idle iowait irq softirq steal
-        total += sum(ticks) - ticks[3] - ticks[4]
-        seen += 1
-    return total / os.sysconf("SC_CLK_TCK") if seen else None
-
-
 def busy(cpus: set[int], sample_s: float) -> float | None:
     """The cores of ``cpus`` other processes kept busy over ``sample_s`` seconds, this process's own
     (and its children's) CPU time taken out; None when not sampled or unreadable."""
     if sample_s <= 0:
         return None
-    before, own_before, start = _cpu_busy_seconds(cpus), own_seconds(), time.perf_counter()
+    before, own_before, start = busy_seconds(cpus), own_seconds(), time.perf_counter()
     time.sleep(sample_s)
-    after, own_after, window = _cpu_busy_seconds(cpus), own_seconds(), time.perf_counter() - start
+    after, own_after, window = busy_seconds(cpus), own_seconds(), time.perf_counter() - start
     if before is None or after is None:
         return None
     taken = (after - before) - (own_after - own_before)

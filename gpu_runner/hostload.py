@@ -30,17 +30,24 @@ def cores() -> int:
     return os.cpu_count() or 1
 
 
-def _busy_seconds() -> float | None:
-    """CPU seconds the whole host has spent busy since boot (every state but idle and iowait)."""
+def busy_seconds(cpus: set[int] | None = None) -> float | None:
+    """CPU seconds spent busy since boot (every state but idle and iowait): the whole host's (the
+    ``cpu`` line of ``/proc/stat``), or those of the CPUs ``cpus`` (their ``cpuN`` lines); None when
+    unreadable or none of them is listed."""
     try:
-        first = _STAT.read_text().splitlines()[0].split()
-    except (OSError, IndexError):
+        lines = _STAT.read_text().splitlines()
+    except OSError:
         return None
-    if first[0] != "cpu":
-        return None
-    ticks = [int(value) for value in first[1:9]]  # user nice system idle iowait irq softirq steal
-    busy = sum(ticks) - ticks[3] - ticks[4]
-    return busy / os.sysconf("SC_CLK_TCK")
+    names = {"cpu"} if cpus is None else {f"cpu{cpu}" for cpu in cpus}
+    total, seen = 0, 0
+    for line in lines:
+        fields = line.split()
+        if not fields or fields[0] not in names:
+            continue
+        ticks = [int(value) for value in fields[1:9]]  # user nice system idle iowait irq softirq steal
+        total += sum(ticks) - ticks[3] - ticks[4]
+        seen += 1
+    return total / os.sysconf("SC_CLK_TCK") if seen else None
 
 
 def _loadavg() -> float | None:
@@ -105,13 +112,13 @@ class LoadMeter:
 
     def start(self) -> LoadMeter:
         self._loadavg = _loadavg()
-        self._busy, self._own = _busy_seconds(), own_seconds()
+        self._busy, self._own = busy_seconds(), own_seconds()
         self._start = time.perf_counter()
         return self
 
     def stop(self) -> HostLoad:
         window = time.perf_counter() - self._start
-        busy_now, own_now = _busy_seconds(), own_seconds()
+        busy_now, own_now = busy_seconds(), own_seconds()
         load = HostLoad(cores=cores(), window_s=round(window, 3))
         load.loadavg_1m_start, load.loadavg_1m_end = self._loadavg, _loadavg()
         if window >= MIN_WINDOW_S and self._busy is not None and busy_now is not None:
