@@ -15,6 +15,7 @@ from coverfarm.cell_build import document_view
 from coverfarm.cell_change import ColumnChange, Direction
 from coverfarm.cell_view import CellView, Column, Kind, Latency, OffRelease
 from coverfarm.device_result import UPSTREAM
+from coverfarm.latency_interval import milliseconds_range
 from coverfarm.profile import CPU, ProfileSummary, blockers_of
 from coverfarm.result import Blocker, ResultDocument, ReusedFrom
 
@@ -191,7 +192,9 @@ def interval_text(latency: Latency) -> str | None:
     """ "replica medians 30.9–31.3 ms (5 replicas)", or None without an interval."""
     if latency.low_ms is None or latency.high_ms is None:
         return None
-    return f"replica medians {latency.low_ms:.4g}–{latency.high_ms:.4g} ms ({latency.replicas} replicas)"
+    return (
+        f"replica medians {milliseconds_range(latency.low_ms, latency.high_ms)} ({latency.replicas} replicas)"
+    )
 
 
 def device_hint(device_class: str, column: Column) -> str:

@@ -14,7 +14,7 @@ from coverfarm.baseline import BaselineResult, Speedup, speedup
 from coverfarm.cell_build import DeviceInput
 from coverfarm.cell_view import Column
 from coverfarm.device_result import DeviceFailure, LatencyStats, Replica, RuntimeIdentity
-from coverfarm.latency_interval import LatencyInterval, interval_of
+from coverfarm.latency_interval import LatencyInterval, interval_of, milliseconds_range
 from coverfarm.result import ResultDocument
 
 ARTIFACTS = "/api/artifacts"
@@ -126,7 +126,7 @@ def interval_words(judged: LatencyInterval | None) -> str:
     if judged.low_ms is None or judged.high_ms is None:
         return judged.reason or "no interval"
     coverage = f", {judged.coverage:.0%} coverage" if judged.coverage is not None else ""
-    span = f"{judged.low_ms:.4g}–{judged.high_ms:.4g} ms ({judged.replicas} replicas{coverage})"
+    span = f"{milliseconds_range(judged.low_ms, judged.high_ms)} ({judged.replicas} replicas{coverage})"
     return f"{span}, known within ±{judged.width:.0%}" if judged.narrow else f"{span}: {judged.reason}"
 
 
