@@ -60,7 +60,7 @@ unit: $(STAMP)
 
 # schemathesis over the served schema, bounded (fixed seed and examples); -s prints each run's figures.
 fuzz: $(STAMP)
-	$(BIN)/python -m pytest -n 0 -s -m fuzz tests/devices/test_fuzz.py
+	$(BIN)/python -m pytest -n 0 -s -m fuzz tests/orchestrator/devices/test_fuzz.py
 
 test: lint typecheck unit fuzz
 

@@ -33,7 +33,7 @@ os.environ.setdefault("COVERFARM_TRACE_CACHE", tempfile.mkdtemp(prefix="coverfar
 # Helper modules that test directories import from each other (the stand-in engines, device helpers,
 # the stand-in executor_runner), importable whichever directories a run collects; appended, so they never
 # shadow a package.
-for _helpers in ("farm", "devices", "gpu_runner"):
+for _helpers in ("farm", "orchestrator/devices", "gpu_runner"):
     _path = str(Path(__file__).resolve().parent / _helpers)
     if _path not in sys.path:
         sys.path.append(_path)

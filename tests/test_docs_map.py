@@ -119,3 +119,22 @@ Each domain package has `endpoints.py` and `service.py`.
         "worker/engine.py",
         "dashboard/views.py",
     ]
+
+
+# The suites that run the whole farm as processes, with no source folder of their own (docs/map.md).
+FARM_SUITES = ("farm", "hosts")
+
+
+def test_the_tests_mirror_the_source_tree() -> None:
+    """Every folder of tests below ``tests/`` is the mirror of a source folder (``tests/orchestrator/devices``
+    of ``orchestrator/devices``), or one of the farm suites the map names."""
+    tests = ROOT / "tests"
+    folders = {path.parent.relative_to(tests) for path in tests.rglob("test_*.py")} - {Path(".")}
+    strays = sorted(
+        str(folder)
+        for folder in folders
+        if not (ROOT / folder).is_dir() and folder.parts[0] not in FARM_SUITES
+    )
+    assert strays == [], f"test folders with no source folder of the same path: {strays}"
+    text = MAP.read_text()
+    assert all(f"`tests/{suite}/`" in text for suite in FARM_SUITES)

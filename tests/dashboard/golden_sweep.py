@@ -34,7 +34,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "devices"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "orchestrator" / "devices"))
 
 from devicetools import enrol, make_healthy
 

@@ -1,6 +1,6 @@
 """The runner on a real bundle: a small act checkpoint lowered for XNNPACK by ``coverfarm analyze``, run by
 ``coverfarm runner run-bundle`` (both as the user types them; the trace cache is the session's). The
-full-size act goes the same way through the farm in tests/devices/test_farm_real_act.py."""
+full-size act goes the same way through the farm in tests/orchestrator/devices/test_farm_real_act.py."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ def farm(tmp_path: Path) -> Iterator[ComposeFarm]:
     built = ComposeFarm(
         tmp_path,
         workers=("worker1",),
-        path=[TESTS / "devices"],
+        path=[TESTS / "orchestrator" / "devices"],
         COVERFARM_ENGINE="bundle_engine:analyze",
         COVERFARM_DEVICE_TIMEOUT_S="120",
     )

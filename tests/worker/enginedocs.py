@@ -11,7 +11,7 @@ Analyzed = Callable[[str, str, Options], ResultDocument]
 
 # The farm's own options for a real-weight cell (16 reference frames): one document per cell serves the
 # engine's checks and the fake-weight comparison alike, and the trace is the one the farm's worker in
-# tests/devices/test_farm_real_act.py looks up in the session's trace cache (the same trace key).
+# tests/orchestrator/devices/test_farm_real_act.py looks up in the session's trace cache (the same trace key).
 SESSION_OPTIONS = Options(weights="real")
 
 

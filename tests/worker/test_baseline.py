@@ -1,5 +1,5 @@
 """The eager-PyTorch baseline: bad input, a policy that fails or runs out of time (act is timed for real
-by the farm's baseline jobs, tests/devices/test_farm_real_act.py and test_up.py)."""
+by the farm's baseline jobs, tests/orchestrator/devices/test_farm_real_act.py and test_up.py)."""
 
 from __future__ import annotations
 

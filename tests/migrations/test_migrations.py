@@ -472,3 +472,78 @@ def test_0011_adds_reuse_device_off_for_every_stored_sweep(
             assert conn.execute(text("SELECT id, sweep_id FROM cells")).all() == [(1, 1)]
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize("make_settings", [postgres_settings, sqlite_settings], ids=["postgres", "sqlite"])
+def test_0005_adds_no_signing_key_to_runners_enrolled_before_it(
+    make_settings: Callable[[Path], Settings], tmp_path: Path
+) -> None:
+    """A runner enrolled before 0005 has no public key (it signs nothing until it enrols again); one
+    enrolled after may store its key; the downgrade drops the column and keeps every runner and the
+    device runs that name them (on SQLite a batch copy of ``runners`` would reach those rows)."""
+    from orchestrator.db import make_engine
+
+    settings = make_settings(tmp_path)
+    config = alembic_config(settings)
+    command.upgrade(config, "0004")
+    engine = make_engine(settings)
+    now = "now()" if engine.dialect.name == "postgresql" else "CURRENT_TIMESTAMP"
+    runner_row = (
+        "INSERT INTO runners (id, name, device_classes, probe, credential_hash, state, enrolled_at{})"
+        " VALUES ({}, 'board-{}', '[]', '{{}}', '{}', 'healthy', {}{})"
+    )
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(runner_row.format("", 1, 1, "a" * 64, now, "")))
+        command.upgrade(config, "0005")
+        with engine.begin() as conn:
+            assert conn.execute(text("SELECT id, signing_key FROM runners")).all() == [(1, None)]
+            conn.execute(
+                text(runner_row.format(", signing_key", 2, 2, "b" * 64, now, ", '" + "k" * 64 + "'"))
+            )
+            rows = conn.execute(text("SELECT id, signing_key FROM runners ORDER BY id")).all()
+            assert rows == [(1, None), (2, "k" * 64)]
+        command.downgrade(config, "0004")
+        assert "signing_key" not in {column["name"] for column in inspect(engine).get_columns("runners")}
+        with engine.connect() as conn:
+            rows = conn.execute(text("SELECT id, name, credential_hash FROM runners ORDER BY id")).all()
+            assert rows == [(1, "board-1", "a" * 64), (2, "board-2", "b" * 64)]
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("make_settings", [postgres_settings, sqlite_settings], ids=["postgres", "sqlite"])
+def test_0012_adds_etrecord_off_for_every_stored_sweep(
+    make_settings: Callable[[Path], Settings], tmp_path: Path
+) -> None:
+    """Sweeps stored before 0012 did not ask for ETRecords (``etrecord`` false); a new one may; the
+    downgrade drops the column and keeps every sweep and its cells."""
+    from orchestrator.db import make_engine
+
+    settings = make_settings(tmp_path)
+    config = alembic_config(settings)
+    command.upgrade(config, "0011")
+    engine = make_engine(settings)
+    now = "now()" if engine.dialect.name == "postgresql" else "CURRENT_TIMESTAMP"
+    sweep_row = (
+        "INSERT INTO sweeps (id, created_at, constant_prop, lowering, timeout_s, reuse_device{})"
+        " VALUES ({}, {}, true, 'fast', 900, false{})"
+    )
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(sweep_row.format("", 1, now, "")))
+            conn.execute(text("INSERT INTO cells (id, sweep_id, policy, backend, options) "
+                              "VALUES (1, 1, 'act', 'vulkan', '{}')"))  # fmt: skip
+        command.upgrade(config, "0012")
+        with engine.begin() as conn:
+            assert conn.execute(text("SELECT id, etrecord FROM sweeps")).all() == [(1, False)]
+            conn.execute(text(sweep_row.format(", etrecord", 2, now, ", true")))
+            rows = conn.execute(text("SELECT id, etrecord FROM sweeps ORDER BY id")).all()
+            assert rows == [(1, False), (2, True)]
+        command.downgrade(config, "0011")
+        assert "etrecord" not in {column["name"] for column in inspect(engine).get_columns("sweeps")}
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT id FROM sweeps ORDER BY id")).all() == [(1,), (2,)]
+            assert conn.execute(text("SELECT id, sweep_id FROM cells")).all() == [(1, 1)]
+    finally:
+        engine.dispose()

@@ -29,7 +29,7 @@ from coverfarm.signing import new_key_pair, sign
 from gpu_runner.native_runtime import classify_exit
 from orchestrator.models import Sweep
 
-RECORDED = Path(__file__).resolve().parents[1] / "gpu_runner" / "recorded"
+RECORDED = Path(__file__).resolve().parents[2] / "gpu_runner" / "recorded"
 
 
 def text_of(page: str) -> str:

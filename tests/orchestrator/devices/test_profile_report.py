@@ -1,7 +1,7 @@
 """A device result's profile reaches the report and the cell's details as "where the time goes": the
 split per delegate, CPU-left ops, runtime and hand-over, and the top ops, each CPU-left op with its
 blocker group; the cell's latency stays the timed runs'. The profile is a recorded one
-(tests/devices/recorded/README.md: recorded with the stand-in profiler, the executorch wheel's
+(tests/orchestrator/devices/recorded/README.md: recorded with the stand-in profiler, the executorch wheel's
 pybindings, on the tiny XNNPACK bundle)."""
 
 from __future__ import annotations

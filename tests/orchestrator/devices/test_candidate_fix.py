@@ -22,7 +22,7 @@ from gpu_runner.declared_source import PATCHES_ENV_VAR, DeclaredSource, upstream
 from gpu_runner.manifest import load_manifest
 from gpu_runner.native_runtime import NativeRuntime, describe_binary
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 HEALTH = ROOT / "orchestrator" / "artifacts" / "health" / "xnnpack"
 FIX = "pytorch/executorch#22786"
 
