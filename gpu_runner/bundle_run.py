@@ -47,7 +47,8 @@ from gpu_runner import runtime
 from gpu_runner import runtime as runtime_module  # ``run_bundle``'s ``runtime`` argument hides the name
 from gpu_runner.hostload import LoadMeter, host_id
 from gpu_runner.manifest import BundleError, Manifest, Plan, load_manifest
-from gpu_runner.native_runtime import NativeProgram, NativeRuntime, shader_cache_state
+from gpu_runner.native.runtime import NativeProgram, NativeRuntime
+from gpu_runner.native.shader_cache import shader_cache_state
 from gpu_runner.probe import probe
 from gpu_runner.runtime_choice import CHOICES, RuntimeChoice, choose_runtime
 from gpu_runner.stats import latency_stats, mark_isolation, replica
