@@ -154,7 +154,7 @@ class WheelEtdumpProfiler:
     )
 
     def profile(self, bundle: Path, manifest: Manifest, folder: Path, timeout_s: float) -> ProfileRun:
-        from gpu_runner.bundle_run import _frame_env, _npz, run_plan
+        from gpu_runner.bundle_plan import _frame_env, _npz, run_plan
 
         try:
             programs = {p.name: _WheelProgram(p, bundle / p.pte) for p in manifest.programs}
