@@ -254,7 +254,7 @@ class Job(Base):
     kind: Mapped[JobKind] = mapped_column(JobKindType)
     device_class: Mapped[str | None] = mapped_column(String(64))  # a device job's; None for a lower job
     # The job's name in its cell, as the API and the pages show it: "lower" or "lower.long" for a lower
-    # job, "run:<device class>" or "baseline:<device class>" for a device job (jobs.service.stage_of).
+    # job, "run:<device class>" or "baseline:<device class>" for a device job (jobs.sending.stage_of).
     # Nothing reads the kind or the class back out of it: the two columns above say them.
     stage: Mapped[str] = mapped_column(String(64))
     queue: Mapped[str] = mapped_column(String(64))

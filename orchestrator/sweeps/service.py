@@ -15,6 +15,7 @@ from coverfarm.settings import Settings
 from orchestrator.errors import Invalid, NotFound
 from orchestrator.events.repository import emit
 from orchestrator.jobs import cell_state as derived
+from orchestrator.jobs import sending
 from orchestrator.jobs import service as jobs
 from orchestrator.jobs.repository import pending_of_sweep
 from orchestrator.models import PENDING_STATUSES, Cell, Job, JobKind, JobStatus, Sweep, utcnow
@@ -131,7 +132,7 @@ def create(session: Session, settings: Settings, body: SweepCreate) -> Sweep:
                 cell = Cell(sweep=sweep, policy=policy, backend=backend, stack=stack, options=cell_options)
                 session.add(cell)
                 cells.append(cell)
-    jobs.create_first(session, cells, timeout_s)
+    sending.create_first(session, cells, timeout_s)
     emit(session, "sweep", sweep_id=sweep.id, payload={"state": "created", "cells": len(sweep.cells)})
     return sweep
 
@@ -177,10 +178,10 @@ def _latest_cpu_job(cell: Cell) -> Job | None:
 
 
 def waiting(cell: Cell, live: Live | None) -> str | None:
-    """Why the cell's queued lower job waits for a worker (``jobs.service.waiting``); None when a live
+    """Why the cell's queued lower job waits for a worker (``jobs.sending.waiting``); None when a live
     worker takes it, when nothing is queued, and when ``live`` is not known."""
     latest = _latest_cpu_job(cell)
-    return jobs.waiting(latest, live) if latest is not None and live is not None else None
+    return sending.waiting(latest, live) if latest is not None and live is not None else None
 
 
 def cpu_jobs(cell: Cell, live: Live | None = None) -> CpuJobs:
