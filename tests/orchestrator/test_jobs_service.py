@@ -24,6 +24,7 @@ from orchestrator.jobs.transitions import ALLOWED, TERMINAL, TransitionError, lo
 from orchestrator.models import Job, JobAttempt, JobKind, JobStatus, Result, utcnow
 from orchestrator.reports.service import report_markdown
 from orchestrator.sweeps import service as sweeps
+from orchestrator.sweeps.public_views import cell_state
 from orchestrator.sweeps.schemas import SweepCreate
 
 
@@ -174,7 +175,7 @@ def test_slow_result_is_rerun_once_on_the_long_queue(session: Session, settings:
     assert (job.kind, long_job.kind, long_job.device_class) == (JobKind.LOWER, JobKind.LOWER, None)
     [outgoing] = take_outbox(session)
     assert (outgoing.queue, outgoing.message.job_id) == ("lower.long", long_job.id)
-    assert sweeps.cell_state(cell) == (JobStatus.SLOW, True)
+    assert cell_state(cell) == (JobStatus.SLOW, True)
     report = report_markdown(sweeps.get(session, cell.sweep_id))
     assert "| vqbet | 90 / 100 (90%) | ❌ | ❌ | slow ⏳ |" in report
 
@@ -184,7 +185,7 @@ def test_slow_result_is_rerun_once_on_the_long_queue(session: Session, settings:
     session.refresh(cell)
     assert [j.status for j in cell.jobs] == [JobStatus.SLOW, JobStatus.SLOW]  # no third run
     assert take_outbox(session) == []
-    assert sweeps.cell_state(cell) == (JobStatus.SLOW, False)
+    assert cell_state(cell) == (JobStatus.SLOW, False)
 
 
 def test_a_lower_job_is_made_only_on_a_lower_stage(session: Session, settings: Settings) -> None:
@@ -201,7 +202,7 @@ def test_a_lower_job_is_made_only_on_a_lower_stage(session: Session, settings: S
     [outgoing] = take_outbox(session)
     assert outgoing.queue == "device.cpu-x86_64-xnnpack"
     assert outgoing.message == DeviceMessage(job_id=run.id, device_class="cpu-x86_64-xnnpack")
-    assert sweeps.cell_state(cell) == (JobStatus.QUEUED, True)  # a device job leaves the cell as it was
+    assert cell_state(cell) == (JobStatus.QUEUED, True)  # a device job leaves the cell as it was
 
 
 def test_cancelled_job_is_not_started_and_its_result_dropped(session: Session, settings: Settings) -> None:
