@@ -48,6 +48,7 @@ from farmbench import Farm, document, head_revision, load, percentile
 from coverfarm.queues import QUEUE_LOWER
 from coverfarm.result import Options
 from orchestrator.db import take_outbox, unit_of_work
+from orchestrator.jobs import sending
 from orchestrator.jobs import service as jobs
 from orchestrator.migrate import alembic_config, upgrade
 from orchestrator.models import Cell, Sweep
@@ -79,7 +80,7 @@ def seed_sweep(farm: Farm, cells: int, queued: int) -> int:
                 policy, backend = policies[index // len(BACKENDS)], BACKENDS[index % len(BACKENDS)]
                 cell = Cell(sweep=sweep, policy=policy, backend=backend, options=options)
                 session.add(cell)
-                job = jobs.create(session, cell, jobs.STAGE_LOWER, QUEUE_LOWER, 900.0)
+                job = sending.create(session, cell, sending.STAGE_LOWER, QUEUE_LOWER, 900.0)
                 job_ids.append((job.id, policy, backend))
             take_outbox(session)  # never sent: nobody consumes this sweep
     for start in range(queued, len(job_ids), BATCH):
@@ -310,7 +311,9 @@ def event_delay(farm: Farm, results: int) -> list[float]:
         options = Options(timeout_s=900.0).model_dump(mode="json")
         cells = [Cell(sweep=sweep, policy=policy, backend="vulkan", options=options) for policy in policies]
         session.add_all(cells)
-        job_ids = [jobs.create(session, cell, jobs.STAGE_LOWER, QUEUE_LOWER, 900.0).id for cell in cells]
+        job_ids = [
+            sending.create(session, cell, sending.STAGE_LOWER, QUEUE_LOWER, 900.0).id for cell in cells
+        ]
         for job_id in job_ids:
             assert jobs.start(session, job_id, "bench@events", farm.settings) is not None
         take_outbox(session)

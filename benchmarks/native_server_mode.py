@@ -18,9 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-from gpu_runner.bundle_run import _frame_env, _npz, run_plan, verify
+from gpu_runner.bundle_plan import _frame_env, _npz, run_plan
+from gpu_runner.bundle_run import verify
 from gpu_runner.manifest import load_manifest
-from gpu_runner.native_runtime import NativeRuntime, configured_path
+from gpu_runner.native.binary import configured_path
+from gpu_runner.native.runtime import NativeRuntime
 
 
 def chunk_walls(bundle: Path, server_mode: bool, chunks: int) -> tuple[list[float], float, int]:

@@ -49,7 +49,7 @@ class ExecutorchInfo(BaseModel):
 
 
 class NativeRuntimeInfo(BaseModel):
-    """A native ``executor_runner`` binary configured for this host (gpu_runner/native_runtime.py).
+    """A native ``executor_runner`` binary configured for this host (gpu_runner/native/binary.py).
 
     The host's owner builds it from ExecuTorch's source and declares which source: ``declared_version``
     (its ``version.txt``), ``declared_commit`` and ``declared_patches`` (upstream pull requests applied on

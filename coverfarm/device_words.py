@@ -1,7 +1,7 @@
 """The words a device runtime's failure is shown with, written once: what the runtime did (refused a
 program at load, crashed while running one) and its own message shortened to the check that failed.
 
-The runner writes them into a failure's cause (``gpu_runner.native_runtime``), the grid shows a failure
+The runner writes them into a failure's cause (``gpu_runner.native.failures``), the grid shows a failure
 with them (``coverfarm.device_result.DeviceFailure.short_cause``) and the report groups the runtime's
 refusals and crashes by them (``orchestrator.reports``). Plain text only: no torch, no orchestrator, so
 the torch-free runner imports it.

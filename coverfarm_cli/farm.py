@@ -334,7 +334,7 @@ def run_submit(args: argparse.Namespace) -> int:
 # A sweep whose every pending cell waits for a worker (of a stack, or a memory class, that no online
 # worker serves) is followed this long, then left: nothing in it moves until such a worker comes.
 STALL_GRACE_S = 30.0
-# A device job's stage as the API shows it (orchestrator.jobs.service.STAGE_PREFIX): the API carries no
+# A device job's stage as the API shows it (orchestrator.jobs.sending.STAGE_PREFIX): the API carries no
 # job kind, so this client tells a device job by its public stage name.
 DEVICE_STAGES = ("run:", "baseline:")
 

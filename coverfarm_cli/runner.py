@@ -97,7 +97,7 @@ def _executor_runner_option(parser: argparse.ArgumentParser) -> None:
 
 def _executor_runner(args: argparse.Namespace) -> Path | None:
     """The binary from --executor-runner or the environment, checked; None when neither gives one."""
-    from gpu_runner.native_runtime import ENV_VAR, check_binary, configured_path
+    from gpu_runner.native.binary import ENV_VAR, check_binary, configured_path
     from gpu_runner.runtime import RuntimeFailure
 
     path = configured_path(args.executor_runner)

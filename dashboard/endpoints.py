@@ -2,8 +2,8 @@
 the progress over a sweep's stacks), the heatmap and progress SVGs and the live fragments the page
 script swaps in.
 
-Every page reads through the same service functions as the REST API (orchestrator.sweeps.service and
-its public views), so the grid can never show something the API does not.
+Every page reads through the same service functions as the REST API (orchestrator.sweeps' service,
+its public views, summaries and pages), so the grid can never show something the API does not.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from orchestrator.reports import progress
 from orchestrator.reports import service as reports
 from orchestrator.reports.profiles import cell_profiles
 from orchestrator.reports.progress_markdown import stack_label
-from orchestrator.sweeps import cell_views, service
+from orchestrator.sweeps import cell_views, pages, public_views, service, summaries
 from orchestrator.sweeps.schemas import SweepSummary
 from orchestrator.workers import service as workers
 
@@ -126,9 +126,9 @@ def grid_of(session: Session, sweep: SweepSummary, cells: list[Cell], chosen: li
 
 def _page(session: SessionDep, sweep_id: int, offset: int, stack: list[str] | None = None) -> dict[str, Any]:
     """A grid page: the sweep's summary (counted in the database) and one page of its rows."""
-    sweep = service.summary(session, sweep_id)
+    sweep = summaries.summary(session, sweep_id)
     chosen = _chosen(sweep, stack)
-    grid = grid_of(session, sweep, service.cells_of_rows(session, sweep, offset, ROWS), chosen)
+    grid = grid_of(session, sweep, pages.cells_of_rows(session, sweep, offset, ROWS), chosen)
     # The stacks shown are named in every link the page follows (its next rows, live.json), so that
     # what it loads later is of the stacks it shows, whichever order a load of other rows would give.
     shown = grid.shown if len(grid.stacks) > 1 else []
@@ -144,7 +144,7 @@ def _page(session: SessionDep, sweep_id: int, offset: int, stack: list[str] | No
 
 @router.get("/", response_class=HTMLResponse)
 def index(request: Request, session: SessionDep, offset: Offset = 0) -> HTMLResponse:
-    sweeps = service.list_(session, PAGE_SIZE + 1, offset)
+    sweeps = summaries.list_(session, PAGE_SIZE + 1, offset)
     return templates.TemplateResponse(
         request,
         "index.html",
@@ -188,9 +188,9 @@ def sweep_rows(
 ) -> JSONResponse:
     """The sweep's rows from ``offset``, rendered as the page renders its own (``rows``), and what goes
     below them (``more``: the next rows' link, empty after the last)."""
-    sweep = service.summary(session, sweep_id)
+    sweep = summaries.summary(session, sweep_id)
     chosen = _chosen(sweep, stack)
-    grid = grid_of(session, sweep, service.cells_of_rows(session, sweep, offset, limit), chosen)
+    grid = grid_of(session, sweep, pages.cells_of_rows(session, sweep, offset, limit), chosen)
     macros = _macros()
     more = _rows(sweep, offset, limit, chosen, compare=grid.compare, page=False)
     return JSONResponse(
@@ -220,12 +220,12 @@ def sweep_live(
     square of the cells asked for (``cells``, else those of ``rows`` rows from ``offset``, else of the
     page's rows) of the stacks shown, as the page renders them, and the sweep's state and progress,
     counted in the database. The script formats nothing itself."""
-    sweep = service.summary(session, sweep_id)
+    sweep = summaries.summary(session, sweep_id)
     chosen = _chosen(sweep, stack)
     if cells:
-        stored = service.cells_by_id(session, sweep_id, cells)
+        stored = pages.cells_by_id(session, sweep_id, cells)
     else:
-        stored = service.cells_of_rows(session, sweep, offset, ROWS if rows is None else rows)
+        stored = pages.cells_of_rows(session, sweep, offset, ROWS if rows is None else rows)
     grid = grid_of(session, sweep, stored, chosen)
     macros = _macros()
     return JSONResponse(
@@ -291,7 +291,7 @@ def cell_details(
     online = workers.live(session)
     several = len(stored.sweep.stacks or []) > 1
     view = cell_views.view_of(stored, devices, online)
-    details = views.details(service.cell_view(stored, online), view, several, devices)
+    details = views.details(public_views.cell_view(stored, online), view, several, devices)
     details = replace(details, profiles=views.profile_views(cell_profiles(session, [stored])))
     page = "details.html" if partial else "cell.html"
     return templates.TemplateResponse(request, page, {"d": details, "now": utcnow()})

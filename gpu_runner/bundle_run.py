@@ -21,22 +21,16 @@ import argparse
 import re
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-
-import numpy as np
 
 from coverfarm import backends
 from coverfarm.device_result import (
     DeviceFailure,
     DeviceResult,
-    FramesCheck,
     LatencyStats,
     LoadReport,
-    OutputCheck,
-    OutputStability,
     ProbeReport,
-    ProgramCheck,
     RuntimeIdentity,
     TimingRules,
     Tolerance,
@@ -45,16 +39,18 @@ from coverfarm.digest import bundle_digest
 from coverfarm.hostlock import HostLock, held
 from gpu_runner import runtime
 from gpu_runner import runtime as runtime_module  # ``run_bundle``'s ``runtime`` argument hides the name
+from gpu_runner.bundle_checks import OutputChecker, check_frames, replay_testcase
+from gpu_runner.bundle_plan import Programs, _frame_env, _npz, run_plan
+from gpu_runner.bundle_verdict import _verdict, _wrong_output
 from gpu_runner.hostload import LoadMeter, host_id
-from gpu_runner.manifest import BundleError, Manifest, Plan, load_manifest
-from gpu_runner.native_runtime import NativeProgram, NativeRuntime, shader_cache_state
+from gpu_runner.manifest import BundleError, Manifest, load_manifest
+from gpu_runner.native.runtime import NativeProgram, NativeRuntime
+from gpu_runner.native.shader_cache import shader_cache_state
 from gpu_runner.probe import probe
 from gpu_runner.runtime_choice import CHOICES, RuntimeChoice, choose_runtime
 from gpu_runner.stats import latency_stats, mark_isolation, replica
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-
-Programs = Mapping[str, runtime.Program]
 
 
 def verify(bundle: Path, expected: str | None = None) -> str:
@@ -217,25 +213,6 @@ def load_report(programs: Programs, shader_cache: str | None) -> LoadReport | No
     )
 
 
-def _wrong_output(result: DeviceResult, cause: str) -> DeviceFailure:
-    worst_case = max(
-        (c for c in result.testcase if not c.passed and c.max_abs_error is not None),
-        key=lambda c: c.max_abs_error or 0.0,
-        default=None,
-    )
-    frames = [o for o in (result.frames.outputs if result.frames else []) if not o.passed]
-    worst_frame = max(frames, key=lambda o: o.max_abs_error, default=None)
-    return DeviceFailure(
-        kind="wrong_output",
-        cause=cause,
-        program=worst_case.program if worst_case else None,
-        max_abs_error=(
-            worst_case.max_abs_error if worst_case else (worst_frame.max_abs_error if worst_frame else None)
-        ),
-        min_sqnr_db=worst_frame.min_sqnr_db if worst_frame else None,
-    )
-
-
 def runtime_precision(backend: str | None) -> str | None:
     """The precision the backend's runtime chose on this host (``BackendInfo.runtime_precision``), or
     None where it chooses none; the question's own failure is the answer's text."""
@@ -248,37 +225,6 @@ def runtime_precision(backend: str | None) -> str | None:
         return f"unknown ({type(error).__name__}: {error})"
 
 
-def _verdict(result: DeviceResult, atol: float, rtol: float) -> str | None:
-    """Why the outputs are wrong (the cell's ❌ cause), or None when they are right. Where the runtime
-    chose its own precision (``result.precision``), a tolerance failure says which it computed in."""
-    chosen = f"; {result.backend} computed in {result.precision}" if result.precision else ""
-    wrong = [
-        f"{c.program} ({c.error or f'max abs error {c.max_abs_error:.3g}'})"
-        for c in result.testcase
-        if not c.passed
-    ]
-    if wrong:
-        return f"test case outside tolerance (atol {atol:g}, rtol {rtol:g}): {', '.join(wrong)}{chosen}"
-    if result.frames and not result.frames.passed:
-        worst = max((o for o in result.frames.outputs if not o.passed), key=lambda o: o.max_abs_error)
-        return (
-            f"frames differ from the reference: {worst.name} max abs error {worst.max_abs_error:.3g}{chosen}"
-        )
-    return unstable_outputs(result.latency)
-
-
-def unstable_outputs(latency: LatencyStats | None) -> str | None:
-    """``output not stable: k of N executions differ`` over every replica's timed executions; None when
-    every compared execution matched its reference."""
-    checked = [r.outputs for r in (latency.replicas if latency else []) if r.outputs is not None]
-    differing = sum(o.differing for o in checked)
-    if not differing:
-        return None
-    executions = sum(o.executions for o in checked)
-    first = next(o.first for o in checked if o.differing)
-    return f"output not stable: {differing} of {executions} executions differ ({first})"
-
-
 def _device_class(classes: list[str], backend: str | None) -> str | None:
     suffix = f"-{backend}"
     return next((c for c in classes if backend and c.endswith(suffix)), None)
@@ -289,157 +235,6 @@ def _finish(result: DeviceResult) -> DeviceResult:
     result.libtorch_mapped = bool(result.libtorch_libraries)
     result.torch_module_loaded = "torch" in sys.modules
     return result
-
-
-def _npz(bundle: Path, name: str) -> dict[str, np.ndarray]:
-    try:
-        with np.load(bundle / name, allow_pickle=False) as data:
-            return {key: data[key] for key in data.files}
-    except (OSError, ValueError) as error:
-        raise BundleError(f"{name} of the bundle is unreadable: {error}") from None
-
-
-def _take(arrays: Mapping[str, np.ndarray], key: str, name: str) -> np.ndarray:
-    if key not in arrays:
-        raise BundleError(f"{name} of the bundle lacks {key}")
-    return arrays[key]
-
-
-def _same_shape(what: str, actual: np.ndarray, expected: np.ndarray) -> None:
-    if actual.shape != expected.shape:
-        raise runtime.RuntimeFailure(
-            f"{what} has shape {list(actual.shape)}, the reference {list(expected.shape)}"
-        )
-
-
-def _max_abs(actual: np.ndarray, expected: np.ndarray) -> float:
-    if actual.size == 0:
-        return 0.0
-    return float(np.max(np.abs(actual.astype(np.float64) - expected.astype(np.float64))))
-
-
-def _close(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float) -> bool:
-    return bool(np.allclose(actual.astype(np.float64), expected.astype(np.float64), rtol=rtol, atol=atol))
-
-
-def sqnr_db(actual: np.ndarray, expected: np.ndarray) -> float | None:
-    """Signal-to-quantization-noise ratio of ``actual`` against ``expected``; None when identical."""
-    signal = float(np.sum(np.square(expected.astype(np.float64))))
-    noise = float(np.sum(np.square(actual.astype(np.float64) - expected.astype(np.float64))))
-    if noise == 0.0:
-        return None
-    return float(10 * np.log10(max(signal, float(np.finfo(np.float64).tiny)) / noise))
-
-
-def replay_testcase(bundle: Path, manifest: Manifest, programs: Programs) -> list[ProgramCheck]:
-    testcase = _npz(bundle, "testcase.npz")
-    rtol, atol = manifest.tolerance.rtol, manifest.tolerance.atol
-    checks = []
-    for spec in manifest.programs:
-        inputs = [_take(testcase, f"{spec.name}/in/{i}", "testcase.npz") for i in range(len(spec.inputs))]
-        expected = [_take(testcase, f"{spec.name}/out/{i}", "testcase.npz") for i in range(len(spec.outputs))]
-        outputs = programs[spec.name](inputs)
-        if len(outputs) != len(expected):
-            checks.append(
-                ProgramCheck(
-                    program=spec.name,
-                    passed=False,
-                    error=f"returned {len(outputs)} outputs, the manifest names {len(expected)}",
-                )
-            )
-            continue
-        for i, (a, e) in enumerate(zip(outputs, expected, strict=True)):
-            _same_shape(f"output {i} of {spec.name}", a, e)
-        checks.append(
-            ProgramCheck(
-                program=spec.name,
-                max_abs_error=max(
-                    (_max_abs(a, e) for a, e in zip(outputs, expected, strict=True)), default=0.0
-                ),
-                passed=all(_close(a, e, rtol, atol) for a, e in zip(outputs, expected, strict=True)),
-            )
-        )
-    return checks
-
-
-def run_plan(plan: Plan, programs: Programs, env: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """One action chunk: the plan's calls in order, each fed its inputs by name from what came before."""
-    values = dict(env)
-    for call in plan.calls:
-        missing = [name for name in call.inputs if name not in values]
-        if missing:
-            raise BundleError(f"the plan feeds {call.program} with {missing}, which nothing produced")
-        inputs = [values[name] for name in call.inputs]
-        outputs = programs[call.program](inputs)
-        if len(outputs) != len(call.outputs):
-            raise runtime.RuntimeFailure(
-                f"program {call.program} returned {len(outputs)} outputs, the plan names {len(call.outputs)}"
-            )
-        values.update(zip(call.outputs, outputs, strict=True))
-    return {name: values[name] for name in plan.outputs}
-
-
-def _frame_env(
-    manifest: Manifest, frames: Mapping[str, np.ndarray], constants: Mapping[str, np.ndarray], i: int
-) -> dict[str, np.ndarray]:
-    env = {name: _take(constants, name, "constants.npz") for name in manifest.plan.constants}
-    env.update({name: _take(frames, f"{i}/{name}", "frames.npz") for name in manifest.plan.frame_inputs})
-    return env
-
-
-def check_frames(bundle: Path, manifest: Manifest, programs: Programs) -> FramesCheck:
-    frames, references = _npz(bundle, "frames.npz"), _npz(bundle, "references.npz")
-    constants = _npz(bundle, "constants.npz")
-    rtol, atol = manifest.tolerance.rtol, manifest.tolerance.atol
-    worst: dict[str, float] = dict.fromkeys(manifest.plan.outputs, 0.0)
-    sqnr: dict[str, float | None] = dict.fromkeys(manifest.plan.outputs)
-    passed = dict.fromkeys(manifest.plan.outputs, True)
-    for i in range(manifest.frames):
-        outputs = run_plan(manifest.plan, programs, _frame_env(manifest, frames, constants, i))
-        for name, actual in outputs.items():
-            expected = _take(references, f"{i}/{name}", "references.npz")
-            _same_shape(f"output {name} of frame {i}", actual, expected)
-            worst[name] = max(worst[name], _max_abs(actual, expected))
-            db = sqnr_db(actual, expected)
-            if db is not None:
-                previous = sqnr[name]
-                sqnr[name] = db if previous is None else min(previous, db)
-            passed[name] = passed[name] and _close(actual, expected, rtol, atol)
-    outputs_checked = [
-        OutputCheck(name=n, max_abs_error=worst[n], min_sqnr_db=sqnr[n], passed=passed[n])
-        for n in manifest.plan.outputs
-    ]
-    return FramesCheck(frames=manifest.frames, outputs=outputs_checked, passed=all(passed.values()))
-
-
-class OutputChecker:
-    """``ChunkWork.check``: each timed chunk's plan outputs against the reference of its frame."""
-
-    def __init__(self, manifest: Manifest, references: Mapping[str, np.ndarray], frames: int) -> None:
-        self.manifest, self.references, self.frames = manifest, references, frames
-        self.executions = self.differing = 0
-        self.first: str | None = None
-
-    def __call__(self, index: int, outputs: Mapping[str, np.ndarray]) -> None:
-        frame = index % self.frames
-        rtol, atol = self.manifest.tolerance.rtol, self.manifest.tolerance.atol
-        self.executions += 1
-        for name in self.manifest.plan.outputs:
-            expected = _take(self.references, f"{frame}/{name}", "references.npz")
-            actual = outputs.get(name)
-            if actual is None or actual.shape != expected.shape or not _close(actual, expected, rtol, atol):
-                self.differing += 1
-                if self.first is None:
-                    error = (
-                        "missing or misshapen"
-                        if actual is None or actual.shape != expected.shape
-                        else (f"max abs error {_max_abs(actual, expected):.3g}")
-                    )
-                    self.first = f"timed chunk {self.executions} on frame {frame}: {name} {error}"
-                return
-
-    def stability(self) -> OutputStability:
-        return OutputStability(executions=self.executions, differing=self.differing, first=self.first)
 
 
 def time_chunk(

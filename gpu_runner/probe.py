@@ -2,7 +2,7 @@
 
 Two runtimes can execute programs (gpu_runner/runtime.py): the installed Python ``executorch.runtime``,
 asked through its ``backend_registry``, and a native ``executor_runner`` binary when one is configured,
-whose backends are the registration names linked into it (gpu_runner/native_runtime.py). The device
+whose backends are the registration names linked into it (gpu_runner/native/binary.py). The device
 classes a runner offers follow from both: ``cpu-<arch>-<backend>`` for each CPU backend
 (``coverfarm.backends``: XNNPACK, OpenVINO) whose delegate either registers (``cpu-x86_64-xnnpack`` when
 either has XnnpackBackend), and
@@ -36,7 +36,8 @@ from coverfarm.device_result import (
     ThermalZone,
     VulkanDevice,
 )
-from gpu_runner import native_runtime, runtime
+from gpu_runner import runtime
+from gpu_runner.native import binary as native_binary
 
 # PCI / Khronos vendor ids as vulkaninfo prints them.
 VENDORS = {
@@ -328,7 +329,7 @@ def probe(*, python_runtime: bool = True, executor_runner: Path | None = None) -
     host = board()
     devices, vulkan_status = vulkan_devices()
     info = executorch_info(ask=python_runtime)
-    native = native_runtime.describe_binary(native_runtime.configured_path(executor_runner))
+    native = native_binary.describe_binary(native_binary.configured_path(executor_runner))
     declared = os.environ.get(CPU_CLASS_ENV_VAR)
     classes, not_offered = device_classes(host, devices, vulkan_status, info, native, declared)
     return ProbeReport(

@@ -39,7 +39,8 @@ import numpy as np
 from coverfarm.device_result import DeviceResult
 from coverfarm.profile import ProfileEtdump, ProfileRun, ProfileSummary
 from gpu_runner.manifest import BundleError, Manifest, ProgramSpec, load_manifest
-from gpu_runner.native_runtime import help_flags, runner_args
+from gpu_runner.native.binary import help_flags
+from gpu_runner.native.command import runner_args
 from gpu_runner.runtime import RuntimeFailure
 
 ENV_VAR = "COVERFARM_PROFILING_EXECUTOR_RUNNER"
@@ -153,7 +154,7 @@ class WheelEtdumpProfiler:
     )
 
     def profile(self, bundle: Path, manifest: Manifest, folder: Path, timeout_s: float) -> ProfileRun:
-        from gpu_runner.bundle_run import _frame_env, _npz, run_plan
+        from gpu_runner.bundle_plan import _frame_env, _npz, run_plan
 
         try:
             programs = {p.name: _WheelProgram(p, bundle / p.pte) for p in manifest.programs}

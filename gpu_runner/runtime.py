@@ -10,7 +10,7 @@ needs only that function changed.
 
 It also defines the interface every way of executing a program implements (``ProgramRuntime``): this
 Python runtime (``PythonRuntime``) and a native ``executor_runner`` binary
-(``gpu_runner.native_runtime.NativeRuntime``). The bundle runner talks to that interface only.
+(``gpu_runner.native.runtime.NativeRuntime``). The bundle runner talks to that interface only.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, get_args
 
-from gpu_runner.native_runtime import ENV_VAR, NativeRuntime, configured_path, scan_backends
+from gpu_runner.native.binary import ENV_VAR, configured_path, scan_backends
+from gpu_runner.native.runtime import NativeRuntime
 from gpu_runner.runtime import RUNTIME_BACKEND, ProgramRuntime, PythonRuntime, RuntimeFailure
 
 RuntimeChoice = Literal["auto", "python", "native"]

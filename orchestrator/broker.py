@@ -4,7 +4,7 @@ A Redis without persistence that restarts comes back empty, and so does a failov
 not taken every write: each message sent before that moment is gone. Redis says when it started
 (``INFO server``: ``uptime_in_seconds``) and which server it is (``run_id``); ``BrokerWatch`` turns that
 into the moment since which the broker holds what it was sent, and the reconciler re-sends every queued
-job sent before it (``jobs.service.reconcile``). No state is kept outside this process: a restart seen
+job sent before it (``jobs.reconcile.reconcile``). No state is kept outside this process: a restart seen
 by no orchestrator (both down together) is still found, by the broker's uptime, on the next one's first
 pass.
 

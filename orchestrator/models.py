@@ -10,12 +10,9 @@ from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import (
-    JSON,
     BigInteger,
     Boolean,
     CheckConstraint,
-    DateTime,
-    Dialect,
     Enum,
     Float,
     ForeignKey,
@@ -23,18 +20,15 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
-    Text,
-    TypeDecorator,
     UniqueConstraint,
-    event,
     false,
     text,
     true,
 )
-from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import DeclarativeBase, Mapped, Mapper, declared_attr, mapped_column, relationship
+from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column, relationship
 
 from coverfarm.stacks import DEFAULT_STACK
+from orchestrator.column_types import ERROR, REASON, BigId, JSONType, UTCDateTime
 
 
 class Base(DeclarativeBase):
@@ -52,72 +46,6 @@ class Base(DeclarativeBase):
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """Timezone-aware UTC on both dialects (SQLite stores no offset and would hand back naive values)."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is not None and value.tzinfo is None:
-            raise ValueError("naive datetime: coverfarm stores UTC only")
-        return value.astimezone(UTC) if value is not None else None
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is not None and value.tzinfo is None:
-            return value.replace(tzinfo=UTC)
-        return value
-
-
-def clip(text: str, limit: int) -> str:
-    """``text`` cut to at most ``limit`` characters, keeping its start and its end (a traceback's last
-    line says what failed) around a note of how much was cut."""
-    if len(text) <= limit:
-        return text
-    note = f"\n… [{len(text) - limit} characters cut] …\n"
-    keep = max(limit - len(note), 0)
-    return text[: keep // 2] + note + text[len(text) - (keep - keep // 2) :]
-
-
-class ClippedText(TypeDecorator[str]):
-    """Text stored at most ``limit`` characters long: reasons and errors come from workers and runners,
-    and a 5 MiB error would otherwise be stored whole and served back on every listing."""
-
-    impl = Text
-    cache_ok = True
-
-    def __init__(self, limit: int) -> None:
-        super().__init__()
-        self.limit = limit
-
-    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
-        return clip(value, self.limit) if value is not None else None
-
-
-REASON = ClippedText(2000)  # why a job, worker or runner is in its state
-ERROR = ClippedText(20000)  # a failure's cause, traceback included
-
-
-@event.listens_for(Mapper, "mapper_configured")
-def _clip_on_assignment(mapper: Mapper[Any], cls: type) -> None:
-    """Clip a ClippedText attribute when it is assigned, not only when it is written: what the request
-    answers from the object is then what the database keeps."""
-    for column in mapper.columns:
-        if isinstance(column.type, ClippedText):
-            limit = column.type.limit
-
-            def clip_value(_target: object, value: str | None, _old: object, _initiator: object,
-                           limit: int = limit) -> str | None:  # fmt: skip
-                return clip(value, limit) if isinstance(value, str) else value
-
-            event.listen(getattr(cls, column.key), "set", clip_value, retval=True)
-
-
-JSONType = JSON().with_variant(JSONB(), "postgresql")
-# SQLite only auto-increments a column declared exactly INTEGER PRIMARY KEY.
-BigId = BigInteger().with_variant(Integer(), "sqlite")
 
 
 class JobStatus(StrEnum):
@@ -254,7 +182,7 @@ class Job(Base):
     kind: Mapped[JobKind] = mapped_column(JobKindType)
     device_class: Mapped[str | None] = mapped_column(String(64))  # a device job's; None for a lower job
     # The job's name in its cell, as the API and the pages show it: "lower" or "lower.long" for a lower
-    # job, "run:<device class>" or "baseline:<device class>" for a device job (jobs.service.stage_of).
+    # job, "run:<device class>" or "baseline:<device class>" for a device job (jobs.sending.stage_of).
     # Nothing reads the kind or the class back out of it: the two columns above say them.
     stage: Mapped[str] = mapped_column(String(64))
     queue: Mapped[str] = mapped_column(String(64))

@@ -19,7 +19,7 @@ from coverfarm.settings import Settings
 from orchestrator.broker import BrokerWatch
 from orchestrator.db import unit_of_work
 from orchestrator.devices.service import mark_silent_offline as mark_runners_offline
-from orchestrator.jobs.service import reconcile
+from orchestrator.jobs.reconcile import reconcile
 from orchestrator.workers.service import mark_silent_offline
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ def reconcile_once(
     unsent: set[int] | None = None,
     broker: BrokerWatch | None = None,
 ) -> list[int]:
-    """One pass; ``unsent``: the never-sent jobs the previous pass saw (``jobs.service.reconcile``);
+    """One pass; ``unsent``: the never-sent jobs the previous pass saw (``jobs.reconcile.reconcile``);
     ``broker``: asked since when the broker holds what it was sent (a restart lost the rest)."""
     since = broker.holds_since() if broker is not None else None
     with unit_of_work(sessions, celery) as session:

@@ -15,8 +15,9 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from orchestrator.column_types import REASON, clip
 from orchestrator.events.repository import emit
-from orchestrator.models import REASON, Runner, RunnerState, clip, utcnow
+from orchestrator.models import Runner, RunnerState, utcnow
 
 ALLOWED: dict[RunnerState, frozenset[RunnerState]] = {
     RunnerState.QUARANTINED: frozenset({RunnerState.HEALTHY, RunnerState.OFFLINE, RunnerState.REVOKED}),

@@ -16,9 +16,10 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session, joinedload
 
+from orchestrator.column_types import REASON, clip
 from orchestrator.events.repository import emit
 from orchestrator.jobs.cell_state import refresh_cell
-from orchestrator.models import REASON, Cell, Job, JobKind, JobStatus, clip, utcnow
+from orchestrator.models import Cell, Job, JobKind, JobStatus, utcnow
 
 ALLOWED: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED}),

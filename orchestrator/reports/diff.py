@@ -18,7 +18,7 @@ from orchestrator.reports.devices import Intervals
 from orchestrator.reports.latency import counted
 from orchestrator.reports.schemas import CellChange, GroupKey, LatencyChange, SweepDiff
 from orchestrator.sweeps.cell_views import latest_document
-from orchestrator.sweeps.service import cell_state
+from orchestrator.sweeps.public_views import cell_state
 
 Runs = dict[int, dict[str, tuple[Cell, DeviceRun]]]  # cell id -> {device class: its cell and run}
 # What pairs a cell of one side with a cell of the other: (policy, backend, stack), the stack None when

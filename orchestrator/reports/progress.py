@@ -21,6 +21,7 @@ from coverfarm.cell_change import ColumnChange, RowChange, row_change
 from coverfarm.cell_view import CellView, Column
 from coverfarm.result import ResultDocument
 from orchestrator.models import Cell, Sweep
+from orchestrator.reports.coverage_table import device_classes_shown
 from orchestrator.reports.diff import group_changes
 from orchestrator.reports.schemas import (
     BlockerStepPublic,
@@ -33,7 +34,6 @@ from orchestrator.reports.schemas import (
     StackPublic,
     StepPublic,
 )
-from orchestrator.reports.service import device_classes_shown
 from orchestrator.sweeps.cell_views import latest_document, release_order, sweep_stacks, sweep_views
 
 COVERAGE = ("ops", "heavy", "programs", "export")  # the JSON's names of the tracker's columns
@@ -76,7 +76,7 @@ class BlockerStep:
 @dataclass(frozen=True)
 class BackendProgress:
     backend: str
-    device_classes: list[str]  # the device columns shown (orchestrator.reports.service.device_classes_shown)
+    device_classes: list[str]  # the device columns shown (reports.coverage_table.device_classes_shown)
     rows: list[Row]  # one per policy, in name order
     blockers: list[BlockerStep]  # one per step
 

@@ -16,7 +16,7 @@ from coverfarm.cell_view import CellView
 from coverfarm.result import Options, ResultDocument
 from orchestrator.devices.grid import device_inputs
 from orchestrator.models import Cell, Sweep
-from orchestrator.sweeps.service import cpu_jobs
+from orchestrator.sweeps.public_views import cpu_jobs
 from orchestrator.workers.service import Live, live
 
 

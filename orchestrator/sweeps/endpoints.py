@@ -1,5 +1,6 @@
-"""HTTP for sweeps and cells; the behaviour is in service.py. A sweep's tracker body (report.md) is the
-reports' (``orchestrator.reports.endpoints.tracker_router``)."""
+"""HTTP for sweeps and cells; the behaviour is in service.py (submit, cancel), public_views.py,
+summaries.py and pages.py. A sweep's tracker body (report.md) is the reports'
+(``orchestrator.reports.endpoints.tracker_router``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from orchestrator.deps import AdminDep, SessionDep, SettingsDep
 from orchestrator.errors import responses
 from orchestrator.inputs import Id, Name, Offset, StrictJSONRoute
 from orchestrator.models import JobStatus
-from orchestrator.sweeps import service
+from orchestrator.sweeps import pages, public_views, service, summaries
 from orchestrator.sweeps.schemas import (
     CellPage,
     CellPublic,
@@ -29,7 +30,7 @@ ADMIN = responses(401, 413)
 @router.post("/sweeps", status_code=status.HTTP_201_CREATED, dependencies=[AdminDep], responses=ADMIN)
 def create_sweep(body: SweepCreate, session: SessionDep, settings: SettingsDep) -> SweepPublic:
     sweep = service.create(session, settings, body)
-    return service.sweep_view(service.get(session, sweep.id), workers.live(session))
+    return public_views.sweep_view(service.get(session, sweep.id), workers.live(session))
 
 
 @router.get("/sweeps")
@@ -41,20 +42,20 @@ def list_sweeps(
 ) -> list[SweepSummary]:
     """Newest first, counts per cell state only (GET /api/sweeps/{id} has the cells and results);
     ``X-Total-Count`` is the number of sweeps in all, for paging."""
-    response.headers["X-Total-Count"] = str(service.count(session))
-    return service.list_(session, limit, offset)
+    response.headers["X-Total-Count"] = str(summaries.count(session))
+    return summaries.list_(session, limit, offset)
 
 
 @router.get("/sweeps/{sweep_id:int}", responses=responses(404))
 def get_sweep(sweep_id: Id, session: SessionDep) -> SweepPublic:
-    return service.sweep_view(service.get(session, sweep_id), workers.live(session))
+    return public_views.sweep_view(service.get(session, sweep_id), workers.live(session))
 
 
 @router.get("/sweeps/{sweep_id:int}/summary", responses=responses(404))
 def sweep_summary(sweep_id: Id, session: SessionDep) -> SweepOverview:
     """Counts per cell state and per backend column (cells, measured, exported, ops and heavy math on
     the backend), no cell and no document: what a big sweep's page reads first."""
-    return service.overview(session, sweep_id)
+    return summaries.overview(session, sweep_id)
 
 
 @router.get("/sweeps/{sweep_id:int}/cells", responses=responses(404))
@@ -70,16 +71,16 @@ def sweep_cells(
 ) -> CellPage:
     """A page of the sweep's cells in cell order, each with its latest result's columns and the URL of
     its whole document; ``X-Total-Count`` (and ``total``) counts the cells the filters match."""
-    page = service.cells_page(session, sweep_id, offset, limit, policy, backend, state)
+    page = pages.cells_page(session, sweep_id, offset, limit, policy, backend, state)
     response.headers["X-Total-Count"] = str(page.total)
     return page
 
 
 @router.post("/sweeps/{sweep_id:int}/cancel", dependencies=[AdminDep], responses=responses(401, 404))
 def cancel_sweep(sweep_id: Id, session: SessionDep) -> SweepPublic:
-    return service.sweep_view(service.cancel(session, sweep_id), workers.live(session))
+    return public_views.sweep_view(service.cancel(session, sweep_id), workers.live(session))
 
 
 @router.get("/cells/{cell_id:int}", responses=responses(404))
 def get_cell(cell_id: Id, session: SessionDep) -> CellPublic:
-    return service.cell_view(service.get_cell(session, cell_id), workers.live(session))
+    return public_views.cell_view(service.get_cell(session, cell_id), workers.live(session))

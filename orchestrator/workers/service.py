@@ -1,7 +1,7 @@
 """What happens to workers: they register, beat, stop, and go offline when they fall silent.
 
 A worker beats from its main process every ``heartbeat_interval_s`` whether or not it runs a job
-(``orchestrator.jobs.tasks.worker_heartbeat``); the jobs it runs beat too. The reconciler marks an
+(``orchestrator.jobs.heartbeats.worker_heartbeat``); the jobs it runs beat too. The reconciler marks an
 online worker silent for ``heartbeat_timeout_s`` offline; the next beat it sends brings it back online.
 """
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from orchestrator.column_types import REASON, clip
 from orchestrator.events.repository import emit
-from orchestrator.models import REASON, Worker, WorkerState, clip, utcnow
+from orchestrator.models import Worker, WorkerState, utcnow
 
 ALLOWED: dict[WorkerState, frozenset[WorkerState]] = {
     WorkerState.ONLINE: frozenset({WorkerState.OFFLINE}),

@@ -4,7 +4,7 @@ side, the report's bodies per stack, the diff of two stacks of one sweep and acr
 progress view (page, plot, Markdown, JSON).
 
 The sweep is submitted for the default stack, et-1.5.1, and the cells of the second stack, with their
-lower jobs (routed to that stack's queue by jobs.create), are added in the database beside them, as a
+lower jobs (routed to that stack's queue by jobs.sending.create), are added in the database beside them, as a
 sweep that names two stacks stores them: so that one policy and backend can be a cell of one stack
 only, which the API never makes. The sweep names et-1.5.1 first, so the progress view's release order
 (oldest first) is its own, not the sweep's. No CPU worker runs: a cell left queued waits for a worker.
@@ -49,7 +49,7 @@ from coverfarm.settings import Settings
 from orchestrator.artifacts import repository as artifacts
 from orchestrator.artifacts.store import Stored
 from orchestrator.db import unit_of_work
-from orchestrator.jobs import service as jobs
+from orchestrator.jobs import sending
 from orchestrator.models import Cell, Job, Sweep
 
 OLD, NEW = "et-1.4.1", "et-1.5.1"
@@ -151,7 +151,7 @@ class StackFarm(Farm):
                     sweep=sweep, policy=policy, backend=backend, stack=stack, options=options[policy, backend]
                 )
                 session.add(cell)
-                jobs.create(session, cell, jobs.STAGE_LOWER, QUEUE_LOWER, sweep.timeout_s)
+                sending.create(session, cell, sending.STAGE_LOWER, QUEUE_LOWER, sweep.timeout_s)
                 self.by_stack[(sweep_id, policy, backend, stack)] = cell.id
             sweep.stacks = stacks
 

@@ -38,7 +38,7 @@ from coverfarm.queues import QUEUE_LOWER, make_celery
 from coverfarm.result import Blocker
 from coverfarm.settings import Settings
 from orchestrator.db import unit_of_work
-from orchestrator.jobs import service as job_service
+from orchestrator.jobs import sending
 from orchestrator.models import Cell, Sweep
 
 if TYPE_CHECKING:
@@ -390,8 +390,8 @@ def _add_stack(
                 sweep=sweep, policy=cell.policy, backend=cell.backend, stack=stack, options=cell.options
             )
             session.add(added)
-            created[cell.policy] = job_service.create(
-                session, added, job_service.STAGE_LOWER, QUEUE_LOWER, sweep.timeout_s
+            created[cell.policy] = sending.create(
+                session, added, sending.STAGE_LOWER, QUEUE_LOWER, sweep.timeout_s
             ).id
         sweep.stacks = [*sweep.stacks, stack]
     return created

@@ -19,19 +19,13 @@ from runnerhelp import ROOT
 
 from coverfarm.device_result import DeviceResult, TimingRules
 from coverfarm_cli import main
-from gpu_runner import native_runtime
 from gpu_runner.bundle_run import run_bundle
 from gpu_runner.manifest import TensorSpec, load_manifest
-from gpu_runner.native_runtime import (
-    ENV_VAR,
-    decode,
-    describe_binary,
-    encode,
-    execution_ms,
-    parse_log,
-    runner_args,
-    scan_backends,
-)
+from gpu_runner.native.binary import ENV_VAR, configured_path, describe_binary, scan_backends
+from gpu_runner.native.command import runner_args
+from gpu_runner.native.log import parse_log
+from gpu_runner.native.tensor_io import decode, encode
+from gpu_runner.native.timing import execution_ms
 from gpu_runner.runtime import PythonRuntime, RuntimeFailure, registered_backends
 from gpu_runner.runtime_choice import choose_runtime
 
@@ -209,12 +203,12 @@ def test_backend_scan_agrees_with_the_python_runtime_registry() -> None:
 
 def test_no_binary_is_none_configured(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv(ENV_VAR, raising=False)
-    info = describe_binary(native_runtime.configured_path())
+    info = describe_binary(configured_path())
     assert info.status.startswith("none configured") and info.registered_backends == []
     not_a_program = tmp_path / "executor_runner"
     not_a_program.write_text("")
     monkeypatch.setenv(ENV_VAR, str(not_a_program))
-    info = describe_binary(native_runtime.configured_path())
+    info = describe_binary(configured_path())
     assert info.path == str(not_a_program) and info.status.endswith("is not executable")
     other = describe_binary(Path("/bin/true"))  # runs, but is no executor_runner: no classes from it
     assert other.status == "/bin/true is not an executor_runner: no --model_path flag"
@@ -289,7 +283,7 @@ def test_a_native_run_probes_without_loading_torch(monkeypatch: pytest.MonkeyPat
 
 
 @pytest.mark.skipif(
-    native_runtime.configured_path() is None,
+    configured_path() is None,
     reason=f"no executor_runner: the executorch pip wheel ships none and this repo does not build "
     f"ExecuTorch; set {ENV_VAR} to a build of examples/portable/executor_runner to run it",
 )
@@ -304,7 +298,7 @@ def test_native_runtime_end_to_end(tiny_bundles: dict[str, Path], tmp_path: Path
         timeout=600,
     )
     result = DeviceResult.model_validate_json(out.read_text())
-    if "XnnpackBackend" not in scan_backends(native_runtime.configured_path() or Path()):
+    if "XnnpackBackend" not in scan_backends(configured_path() or Path()):
         assert result.status == "failed" and result.error and "XnnpackBackend" in result.error
         return
     assert run.returncode == 0 and result.status == "ok", result.error

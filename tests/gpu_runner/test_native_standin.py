@@ -15,20 +15,15 @@ from standin_executor_runner import write_standin
 from coverfarm import runtime_repros
 from coverfarm.device_result import DeviceResult, TimingRules
 from coverfarm.digest import bundle_digest
-from gpu_runner import native_runtime
 from gpu_runner.bundle_run import run_bundle
-from gpu_runner.native_runtime import (
-    COMMIT_ENV_VAR,
-    IO_DIR_ENV_VAR,
-    VERSION_ENV_VAR,
-    NativeRuntime,
-    classify_exit,
-    describe_binary,
-    help_flags,
-    memory_folder,
-    parse_log,
-    shader_cache_state,
-)
+from gpu_runner.declared_source import COMMIT_ENV_VAR, VERSION_ENV_VAR
+from gpu_runner.native import tensor_io
+from gpu_runner.native.binary import describe_binary, help_flags
+from gpu_runner.native.failures import classify_exit
+from gpu_runner.native.log import parse_log
+from gpu_runner.native.runtime import NativeRuntime
+from gpu_runner.native.shader_cache import shader_cache_state
+from gpu_runner.native.tensor_io import IO_DIR_ENV_VAR, memory_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = Path(__file__).resolve().parent / "recorded"
@@ -235,11 +230,11 @@ def test_a_server_hands_over_through_memory_unless_the_host_says_where(
     monkeypatch.delenv(IO_DIR_ENV_VAR, raising=False)
     shm = tmp_path / "shm"
     shm.mkdir()
-    monkeypatch.setattr(native_runtime, "SHARED_MEMORY", shm)
+    monkeypatch.setattr(tensor_io, "SHARED_MEMORY", shm)
     assert memory_folder() == str(shm)
-    monkeypatch.setattr(native_runtime, "SHARED_MEMORY", tmp_path / "absent")
+    monkeypatch.setattr(tensor_io, "SHARED_MEMORY", tmp_path / "absent")
     assert memory_folder() is None  # the default temp folder
     chosen = tmp_path / "chosen"
     monkeypatch.setenv(IO_DIR_ENV_VAR, str(chosen))
-    monkeypatch.setattr(native_runtime, "SHARED_MEMORY", shm)
+    monkeypatch.setattr(tensor_io, "SHARED_MEMORY", shm)
     assert memory_folder() == str(chosen)

@@ -40,7 +40,7 @@ IMPORTS = """
 import importlib.metadata as md
 import sys
 import coverfarm_cli, coverfarm_cli.runner, coverfarm.signing, coverfarm.device_result
-import gpu_runner.bundle_run, gpu_runner.native_runtime, gpu_runner.probe, gpu_runner.replicas
+import gpu_runner.bundle_run, gpu_runner.native.runtime, gpu_runner.probe, gpu_runner.replicas
 coverfarm_cli.build_parser()
 dists = md.packages_distributions()
 tops = {name.split(".")[0] for name in sys.modules} - set(sys.stdlib_module_names)

@@ -16,12 +16,15 @@ from coverfarm.queues import DeviceMessage
 from coverfarm.result import ErrorInfo, Ops, Options, ResultDocument, StageResult, StageStatus
 from coverfarm.settings import Settings
 from orchestrator.db import take_outbox
+from orchestrator.jobs import sending
 from orchestrator.jobs import service as jobs
+from orchestrator.jobs.reconcile import reconcile
 from orchestrator.jobs.repository import upsert_result
 from orchestrator.jobs.transitions import ALLOWED, TERMINAL, TransitionError, lock_job, transition
 from orchestrator.models import Job, JobAttempt, JobKind, JobStatus, Result, utcnow
 from orchestrator.reports.service import report_markdown
 from orchestrator.sweeps import service as sweeps
+from orchestrator.sweeps.public_views import cell_state
 from orchestrator.sweeps.schemas import SweepCreate
 
 
@@ -99,7 +102,7 @@ def test_silent_worker_is_replaced_and_its_late_result_dropped(session: Session,
     assert jobs.start(session, job.id, "w2", settings) is None
     job.heartbeat_at = utcnow() - timedelta(seconds=settings.heartbeat_timeout_s + 1)
     session.flush()
-    assert jobs.reconcile(session, settings) == [job.id]
+    assert reconcile(session, settings) == [job.id]
     assert job.status is JobStatus.QUEUED and "w1 stopped heartbeating" in (job.status_reason or "")
     assert [item.message.job_id for item in take_outbox(session)] == [job.id]
     assert jobs.start(session, job.id, "w2", settings) is not None
@@ -112,10 +115,10 @@ def test_silent_worker_is_replaced_and_its_late_result_dropped(session: Session,
 
 def test_queued_job_whose_message_was_lost_is_sent_again(session: Session, settings: Settings) -> None:
     job = new_job(session, settings)
-    assert jobs.reconcile(session, settings) == []  # just sent: leave it to the broker
+    assert reconcile(session, settings) == []  # just sent: leave it to the broker
     job.sent_at = utcnow() - timedelta(seconds=settings.resend_after_s + 1)
     session.flush()
-    assert jobs.reconcile(session, settings) == [job.id]
+    assert reconcile(session, settings) == [job.id]
     assert [item.message.job_id for item in take_outbox(session)] == [job.id]
     # Owed a send until the broker takes the message (then stamped, as ``sent`` does).
     assert job.status is JobStatus.QUEUED and job.sent_at is None
@@ -129,9 +132,9 @@ def test_queued_job_sent_before_the_broker_restarted_is_sent_again_at_once(
     after.sent_at = utcnow() - timedelta(seconds=5)
     session.flush()
     take_outbox(session)
-    assert jobs.reconcile(session, settings) == []  # an hour is not up for either
+    assert reconcile(session, settings) == []  # an hour is not up for either
     # The broker has held messages for 30 s only: the one sent a minute ago lost its message.
-    assert jobs.reconcile(session, settings, broker_since=utcnow() - timedelta(seconds=30)) == [before.id]
+    assert reconcile(session, settings, broker_since=utcnow() - timedelta(seconds=30)) == [before.id]
     assert [item.message.job_id for item in take_outbox(session)] == [before.id]
     assert before.status is JobStatus.QUEUED and before.sent_at is None
 
@@ -154,7 +157,7 @@ def test_job_that_keeps_losing_its_worker_fails(session: Session, settings: Sett
         assert jobs.start(session, job.id, f"w{attempt}", settings) is not None
         job.heartbeat_at = utcnow() - timedelta(seconds=settings.heartbeat_timeout_s + 1)
         session.flush()
-        resent = jobs.reconcile(session, settings)
+        resent = reconcile(session, settings)
         assert resent == ([job.id] if attempt < settings.max_attempts else [])
     assert job.status is JobStatus.FAILED
     assert job.error is not None and job.error.startswith("worker lost on each of 3 attempts")
@@ -172,7 +175,7 @@ def test_slow_result_is_rerun_once_on_the_long_queue(session: Session, settings:
     assert (job.kind, long_job.kind, long_job.device_class) == (JobKind.LOWER, JobKind.LOWER, None)
     [outgoing] = take_outbox(session)
     assert (outgoing.queue, outgoing.message.job_id) == ("lower.long", long_job.id)
-    assert sweeps.cell_state(cell) == (JobStatus.SLOW, True)
+    assert cell_state(cell) == (JobStatus.SLOW, True)
     report = report_markdown(sweeps.get(session, cell.sweep_id))
     assert "| vqbet | 90 / 100 (90%) | ❌ | ❌ | slow ⏳ |" in report
 
@@ -182,15 +185,15 @@ def test_slow_result_is_rerun_once_on_the_long_queue(session: Session, settings:
     session.refresh(cell)
     assert [j.status for j in cell.jobs] == [JobStatus.SLOW, JobStatus.SLOW]  # no third run
     assert take_outbox(session) == []
-    assert sweeps.cell_state(cell) == (JobStatus.SLOW, False)
+    assert cell_state(cell) == (JobStatus.SLOW, False)
 
 
 def test_a_lower_job_is_made_only_on_a_lower_stage(session: Session, settings: Settings) -> None:
     """A device job is made with its kind and class (``create_device_job``), never from a stage name."""
     cell = new_job(session, settings).cell
     with pytest.raises(ValueError, match="'run:cpu-x86_64-xnnpack' is not a lower job's stage"):
-        jobs.create(session, cell, "run:cpu-x86_64-xnnpack", "lower", 60)
-    run = jobs.create_device_job(
+        sending.create(session, cell, "run:cpu-x86_64-xnnpack", "lower", 60)
+    run = sending.create_device_job(
         session, cell, JobKind.DEVICE_RUN, "cpu-x86_64-xnnpack", "device.cpu-x86_64-xnnpack", 60
     )
     assert (run.kind, run.device_class, run.stage) == (
@@ -199,7 +202,7 @@ def test_a_lower_job_is_made_only_on_a_lower_stage(session: Session, settings: S
     [outgoing] = take_outbox(session)
     assert outgoing.queue == "device.cpu-x86_64-xnnpack"
     assert outgoing.message == DeviceMessage(job_id=run.id, device_class="cpu-x86_64-xnnpack")
-    assert sweeps.cell_state(cell) == (JobStatus.QUEUED, True)  # a device job leaves the cell as it was
+    assert cell_state(cell) == (JobStatus.QUEUED, True)  # a device job leaves the cell as it was
 
 
 def test_cancelled_job_is_not_started_and_its_result_dropped(session: Session, settings: Settings) -> None:

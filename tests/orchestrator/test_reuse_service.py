@@ -19,6 +19,7 @@ from orchestrator.devices import repository as devices
 from orchestrator.jobs import service as jobs
 from orchestrator.models import DeviceBaseline, DeviceRun, Job
 from orchestrator.sweeps import service as sweeps
+from orchestrator.sweeps import summaries
 from orchestrator.sweeps.schemas import SweepCreate
 
 KEY = "k" * 64
@@ -165,7 +166,7 @@ def test_a_reuse_device_sweep_takes_the_stored_device_results_of_its_key(
     )
     baseline = session.query(DeviceBaseline).filter_by(cell_id=taken.cell_id).one()
     assert (baseline.status, baseline.median_ms) == ("ok", 78.0)
-    assert sweeps.summary(session, taken.cell.sweep_id).state == "done"
+    assert summaries.summary(session, taken.cell.sweep_id).state == "done"
 
     # Without reuse_device the device run is the cell's own, as before.
     plain = finish_reusing(session, settings, sha)

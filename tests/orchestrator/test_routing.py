@@ -22,6 +22,7 @@ from coverfarm.stacks import DEFAULT_STACK
 from coverfarm_cli.farm import waits_for_workers
 from orchestrator.db import take_outbox
 from orchestrator.jobs import service as jobs
+from orchestrator.jobs.reconcile import reconcile
 from orchestrator.models import Event, Job, JobAttempt, JobStatus, Result, utcnow
 from orchestrator.reports.service import report_markdown
 from orchestrator.sweeps import cell_views
@@ -243,7 +244,7 @@ def test_every_send_takes_the_route_of_what_the_job_needs(session: Session, sett
     # The broker lost the message: the reconciler sends it on the same route.
     job.sent_at = utcnow() - timedelta(seconds=settings.resend_after_s + 1)
     session.flush()
-    assert jobs.reconcile(session, settings) == [job.id]
+    assert reconcile(session, settings) == [job.id]
     assert [(item.queue, item.message.job_id) for item in take_outbox(session)] == [
         (f"lower.mem64@{OLD}", job.id)
     ]

@@ -17,6 +17,7 @@ from coverfarm.settings import Settings
 from orchestrator.db import take_outbox
 from orchestrator.inputs import DB_INT_MAX
 from orchestrator.jobs import service as jobs
+from orchestrator.jobs.reconcile import reconcile
 from orchestrator.models import Job, utcnow
 from orchestrator.sweeps import service as sweeps
 
@@ -163,7 +164,7 @@ def test_each_cells_kept_state_follows_its_jobs_through_every_transition(
     agree()
     job = session.get_one(Job, rerun)
     job.heartbeat_at = utcnow() - timedelta(seconds=settings.heartbeat_timeout_s + 1)
-    assert rerun in jobs.reconcile(session, settings)
+    assert rerun in reconcile(session, settings)
     agree()
     assert jobs.start(session, rerun, "w2", settings) is not None
     jobs.finish(session, rerun, 2, document("vqbet"), settings)

@@ -24,7 +24,7 @@ from orchestrator.artifacts import repository as artifacts
 from orchestrator.artifacts.store import ArtifactStore
 from orchestrator.jobs import service as jobs
 from orchestrator.models import Job, Sweep
-from orchestrator.sweeps import service as sweeps
+from orchestrator.sweeps import pages, summaries
 
 CLASS = "cpu-x86_64-xnnpack"
 
@@ -33,8 +33,8 @@ def grid_device_texts(session: Session, sweep: Sweep) -> dict[tuple[str, str], d
     """(policy, backend) → {device class: its device column's text}, as the grid renders the sweep's
     cells (of its first stack) on its pages: ``dashboard.endpoints.grid_of``, the path every grid
     page and live update takes."""
-    summary = sweeps.summary(session, sweep.id)
-    cells = sweeps.cells_of_rows(session, summary, 0, len(summary.policies))
+    summary = summaries.summary(session, sweep.id)
+    cells = pages.cells_of_rows(session, summary, 0, len(summary.policies))
     grid = grid_of(session, summary, cells, [])
     return {
         (cell.policy, cell.backend): {name: field.text for name, field in cell.devices.items()}

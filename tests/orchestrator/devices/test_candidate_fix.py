@@ -20,7 +20,8 @@ from coverfarm.signing import new_key_pair, sign
 from gpu_runner.bundle_run import run_bundle, runtime_identity
 from gpu_runner.declared_source import PATCHES_ENV_VAR, DeclaredSource, upstream_pulls
 from gpu_runner.manifest import load_manifest
-from gpu_runner.native_runtime import NativeRuntime, describe_binary
+from gpu_runner.native.binary import describe_binary
+from gpu_runner.native.runtime import NativeRuntime
 
 ROOT = Path(__file__).resolve().parents[3]
 HEALTH = ROOT / "orchestrator" / "artifacts" / "health" / "xnnpack"

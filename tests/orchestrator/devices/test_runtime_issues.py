@@ -26,7 +26,7 @@ from coverfarm.device_result import LatencyStats, RuntimeIdentity
 from coverfarm.result import Options
 from coverfarm.settings import Settings
 from coverfarm.signing import new_key_pair, sign
-from gpu_runner.native_runtime import classify_exit
+from gpu_runner.native.failures import classify_exit
 from orchestrator.models import Sweep
 
 RECORDED = Path(__file__).resolve().parents[2] / "gpu_runner" / "recorded"
