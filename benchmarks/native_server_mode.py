@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from coverfarm.bundle_manifest import load_manifest
 from gpu_runner.bundle_run import _frame_env, _npz, run_plan, verify
-from gpu_runner.manifest import load_manifest
 from gpu_runner.native_runtime import NativeRuntime, configured_path
 
 

@@ -8,7 +8,7 @@ whose content does not match its address is refused before anything is loaded.
 
 The timed chunks cycle over the bundle's frames (``TimingRules.inputs``; frame 0 alone as an option), as
 the eager baseline does, under the rules' time bounds, holding the host's timing lock when given one
-(``coverfarm.hostlock``) and recording the host's load meanwhile. Every timed chunk's outputs are
+(``farmrun.hostlock``) and recording the host's load meanwhile. Every timed chunk's outputs are
 compared with the reference of its frame: a run whose outputs differ on some executions fails
 ``output not stable: k of N executions differ``. This is one replica in one process;
 ``gpu_runner.replicas`` runs several in fresh processes (``python -m gpu_runner.bundle_run``) and
@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from coverfarm import backends
+from coverfarm.bundle_manifest import BundleError, Manifest, Plan, load_manifest
 from coverfarm.device_result import (
     DeviceFailure,
     DeviceResult,
@@ -42,15 +43,14 @@ from coverfarm.device_result import (
     Tolerance,
 )
 from coverfarm.digest import bundle_digest
-from coverfarm.hostlock import HostLock, held
+from farmrun.hostload import LoadMeter, host_id
+from farmrun.hostlock import HostLock, held
+from farmrun.stats import latency_stats, mark_isolation, replica
 from gpu_runner import runtime
 from gpu_runner import runtime as runtime_module  # ``run_bundle``'s ``runtime`` argument hides the name
-from gpu_runner.hostload import LoadMeter, host_id
-from gpu_runner.manifest import BundleError, Manifest, Plan, load_manifest
 from gpu_runner.native_runtime import NativeProgram, NativeRuntime, shader_cache_state
 from gpu_runner.probe import probe
 from gpu_runner.runtime_choice import CHOICES, RuntimeChoice, choose_runtime
-from gpu_runner.stats import latency_stats, mark_isolation, replica
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 

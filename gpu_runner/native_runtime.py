@@ -48,6 +48,7 @@ from typing import NoReturn, cast
 
 import numpy as np
 
+from coverfarm.bundle_manifest import ProgramSpec, TensorSpec
 from coverfarm.device_result import (
     DeviceFailure,
     FailureKind,
@@ -56,8 +57,8 @@ from coverfarm.device_result import (
     TimingRules,
 )
 from coverfarm.device_words import CRASHED_WHILE_RUNNING, REFUSED_AT_LOAD, short_message
+from farmrun.stats import MIN_REACHED, timed_loop
 from gpu_runner.declared_source import COMMIT_ENV_VAR, VERSION_ENV_VAR, DeclaredSource
-from gpu_runner.manifest import ProgramSpec, TensorSpec
 from gpu_runner.runtime import (
     RUNTIME_BACKEND,
     ChunkWork,
@@ -66,7 +67,6 @@ from gpu_runner.runtime import (
     RuntimeKind,
     TimedChunks,
 )
-from gpu_runner.stats import MIN_REACHED, timed_loop
 
 ENV_VAR = "COVERFARM_EXECUTOR_RUNNER"
 CALL_TIMEOUT_S = 900.0

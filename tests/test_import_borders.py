@@ -24,16 +24,18 @@ ROOT = Path(__file__).resolve().parents[1]
 # over the orchestrator's services, and the app that serves both); the command on top.
 ALLOWED: dict[str, frozenset[str]] = {
     "coverfarm": frozenset(),
-    "gpu_runner": frozenset({"coverfarm"}),
-    "worker": frozenset({"coverfarm", "gpu_runner"}),
-    "orchestrator": frozenset({"coverfarm"}),
+    "farmrun": frozenset({"coverfarm"}),
+    "gpu_runner": frozenset({"coverfarm", "farmrun"}),
+    "worker": frozenset({"coverfarm", "farmrun", "gpu_runner"}),
+    "orchestrator": frozenset({"coverfarm", "farmrun"}),
     "dashboard": frozenset({"coverfarm", "orchestrator"}),
-    "coverfarm_cli": frozenset({"coverfarm", "gpu_runner", "worker", "orchestrator", "dashboard"}),
+    "coverfarm_cli": frozenset({"coverfarm", "farmrun", "gpu_runner", "worker", "orchestrator", "dashboard"}),
 }
 PACKAGES = tuple(ALLOWED)
 # Third-party imports a package must never make (outside the repository's packages).
 FORBIDDEN_EXTERNAL: dict[str, frozenset[str]] = {
     "coverfarm": frozenset({"torch"}),
+    "farmrun": frozenset({"torch"}),
     "gpu_runner": frozenset({"torch"}),
     "orchestrator": frozenset({"torch"}),
 }

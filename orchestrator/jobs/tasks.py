@@ -41,7 +41,6 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from coverfarm import backends, reuse
-from coverfarm.periodic import Outage, Periodic
 from coverfarm.queues import LOWER_TASK, LowerMessage, make_celery
 from coverfarm.result import Options, ResultDocument
 from coverfarm.settings import Settings, get_settings
@@ -49,6 +48,7 @@ from coverfarm.stack_detect import detect_stack
 from coverfarm.stacks import DEFAULT_STACK
 from coverfarm.versions import versions
 from coverfarm.worker_memory import worker_memory_gb
+from farmrun.periodic import Outage, Periodic
 from orchestrator.artifacts import repository as artifacts
 from orchestrator.artifacts.store import ArtifactError, ArtifactStore, Stored
 from orchestrator.db import make_engine, make_sessionmaker, unit_of_work

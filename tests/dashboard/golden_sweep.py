@@ -66,7 +66,7 @@ from coverfarm.result import (
     WeightsInfo,
 )
 from coverfarm.settings import Settings
-from gpu_runner.stats import MIN_REACHED, replica
+from farmrun.stats import MIN_REACHED, replica
 from orchestrator.artifacts import repository as artifacts
 from orchestrator.artifacts.store import Stored
 from orchestrator.db import unit_of_work

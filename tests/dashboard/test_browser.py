@@ -336,7 +336,7 @@ def test_an_imported_device_result_appears_in_an_open_grid(
     without a reload (the import emits a ``device`` event, which the grid follows)."""
     from coverfarm.device_result import DeviceResult, LatencyStats
     from coverfarm.result import Bundle
-    from coverfarm.signing import new_key_pair, sign
+    from farmrun.signing import new_key_pair, sign
 
     device_class = "h200-vulkan"
     body = {"policies": ["act"], "backends": ["vulkan"], "device_classes": [device_class]}

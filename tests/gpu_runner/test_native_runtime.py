@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 from runnerhelp import ROOT
 
+from coverfarm.bundle_manifest import TensorSpec, load_manifest
 from coverfarm.device_result import DeviceResult, TimingRules
 from coverfarm_cli import main
 from gpu_runner import native_runtime
 from gpu_runner.bundle_run import run_bundle
-from gpu_runner.manifest import TensorSpec, load_manifest
 from gpu_runner.native_runtime import (
     ENV_VAR,
     decode,

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from coverfarm.bundle_manifest import BundleError, Manifest, load_manifest
 from coverfarm.profile import (
     CPU,
     ProfileDelegate,
@@ -41,7 +42,6 @@ from coverfarm.profile import (
     ProfileSummary,
     share,
 )
-from gpu_runner.manifest import BundleError, Manifest, load_manifest
 from gpu_runner.runtime import RUNTIME_BACKEND
 
 TOP_OPS = 10
