@@ -254,7 +254,7 @@ def run_worker(args: argparse.Namespace) -> int:
         f"{per_job_gb:.1f} GB each, on {queues}",
         file=sys.stderr,
     )
-    from coverfarm.queues import quiet_as_root
+    from farmrun.celery_app import quiet_as_root
     from orchestrator.jobs.tasks import app
 
     quiet_as_root(app)

@@ -320,15 +320,9 @@ def consume(config: RunnerConfig, settings: Settings, timing: Timing) -> None:
     from celery import Task
     from celery.exceptions import Reject
 
-    from coverfarm.queues import (
-        DEVICE_TASK,
-        DeviceMessage,
-        baseline_queue,
-        device_queue,
-        make_celery,
-        quiet_as_root,
-    )
+    from coverfarm.queues import DEVICE_TASK, DeviceMessage, baseline_queue, device_queue
     from coverfarm.stacks import current_stack
+    from farmrun.celery_app import make_celery, quiet_as_root
     from gpu_runner.probe import baseline_capability
 
     if settings.broker_url is None and config.broker_url is not None:

@@ -41,13 +41,14 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from coverfarm import backends, reuse
-from coverfarm.queues import LOWER_TASK, LowerMessage, make_celery
+from coverfarm.queues import LOWER_TASK, LowerMessage
 from coverfarm.result import Options, ResultDocument
 from coverfarm.settings import Settings, get_settings
 from coverfarm.stack_detect import detect_stack
 from coverfarm.stacks import DEFAULT_STACK
 from coverfarm.versions import versions
 from coverfarm.worker_memory import worker_memory_gb
+from farmrun.celery_app import make_celery
 from farmrun.periodic import Outage, Periodic
 from orchestrator.artifacts import repository as artifacts
 from orchestrator.artifacts.store import ArtifactError, ArtifactStore, Stored

@@ -34,9 +34,10 @@ from farmkit import wait_for
 from sqlalchemy.orm import Session, sessionmaker
 
 from coverfarm import catalog
-from coverfarm.queues import QUEUE_LOWER, make_celery
+from coverfarm.queues import QUEUE_LOWER
 from coverfarm.result import Blocker
 from coverfarm.settings import Settings
+from farmrun.celery_app import make_celery
 from orchestrator.db import unit_of_work
 from orchestrator.jobs import service as job_service
 from orchestrator.models import Cell, Sweep
