@@ -14,12 +14,12 @@ import sys
 from pathlib import Path
 import coverfarm_cli
 import coverfarm_cli.runner
-import gpu_runner.bundle_run, gpu_runner.probe, coverfarm.device_result, gpu_runner.runtime
+import gpu_runner.bundle_run, gpu_runner.probe, coverfarm.device_result, gpu_runner.runtime, farmrun.board
 coverfarm_cli.build_parser()
 bundle = Path(sys.argv[1])
 assert gpu_runner.bundle_run.verify(bundle) == bundle.name
 coverfarm.bundle_manifest.load_manifest(bundle)
-gpu_runner.probe.board(), gpu_runner.probe.vulkan_devices(), gpu_runner.probe.thermal_zones()
+farmrun.board.board(), gpu_runner.probe.vulkan_devices(), gpu_runner.probe.thermal_zones()
 loaded = sorted(name for name in sys.modules if name == "torch" or name.startswith("torch."))
 assert not loaded, loaded[:5]
 """

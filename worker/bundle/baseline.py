@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 from coverfarm.baseline import BaselineResult
 from coverfarm.device_result import CpuShare, HostLoad, LatencyStats, TimingRules
 from coverfarm.result import Options
+from farmrun.board import board
 from farmrun.cpu_share import cpu_share, threads_for
 from farmrun.hostload import LoadMeter, host_id
 from farmrun.hostlock import held
 from farmrun.stats import combine, latency_stats, mark_isolation, replica, timed_loop
-from gpu_runner.probe import board
 from worker.child.bounded import StageRun, run_bounded
 from worker.child.events import EventLog, error_fields
 
