@@ -17,16 +17,19 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # What each top-level package may import of the others (besides itself): a package, or single modules
 # of one. Each package's __init__.py docstring says the same in words; docs/map.md shows the table.
-# Bottom to top: the contract; gpu_runner; worker (its eager baseline is timed and probed as a runner
-# times and probes); orchestrator (the contract only: its CPU worker task registers a worker with the
-# torch-free host facts of coverfarm.worker_memory and coverfarm.versions, and keys reuse with
-# coverfarm.reuse; the engine itself is a plugin named by settings.engine, no import); dashboard (pages
-# over the orchestrator's services, and the app that serves both); the command on top.
+# Bottom to top: the contract; farmrun, the running machinery the farm's processes share (the Celery app,
+# the host's timing lock, the timing statistics and host facts a device run and an eager baseline both
+# record, heartbeats, signing, the stack builder); then side by side, none importing another, gpu_runner,
+# worker (its eager baseline is timed with farmrun's statistics, never the runner's code) and
+# orchestrator (the contract and farmrun: its CPU worker task registers a worker with the torch-free host
+# facts of coverfarm.worker_memory and coverfarm.versions, and keys reuse with coverfarm.reuse; the engine
+# itself is a plugin named by settings.engine, no import); dashboard (pages over the orchestrator's
+# services, and the app that serves both); the command on top.
 ALLOWED: dict[str, frozenset[str]] = {
     "coverfarm": frozenset(),
     "farmrun": frozenset({"coverfarm"}),
     "gpu_runner": frozenset({"coverfarm", "farmrun"}),
-    "worker": frozenset({"coverfarm", "farmrun", "gpu_runner"}),
+    "worker": frozenset({"coverfarm", "farmrun"}),
     "orchestrator": frozenset({"coverfarm", "farmrun"}),
     "dashboard": frozenset({"coverfarm", "orchestrator"}),
     "coverfarm_cli": frozenset({"coverfarm", "farmrun", "gpu_runner", "worker", "orchestrator", "dashboard"}),
