@@ -45,7 +45,8 @@ FORBIDDEN_EXTERNAL: dict[str, frozenset[str]] = {
 }
 # The order of sibling subpackages and modules, bottom first: an arrow between two of them points down it.
 # The worker's are all of its children, in the order of the pipeline of one cell: the child processes
-# every stage runs in, trace, lower, bundle, reading a bundle's device profiles, the blocker groups'
+# every stage runs in, a fake-weight trace's programs across a save and a load (the trace saves them, the
+# lower stage loads them), trace, lower, bundle, reading a bundle's device profiles, the blocker groups'
 # repros, and the engine that runs them.
 # The orchestrator's are its domains: the event log and the artifact store at the bottom, then CPU
 # workers, jobs (the state machine, and the cell state its CPU jobs give), devices (runners and device
@@ -54,6 +55,7 @@ FORBIDDEN_EXTERNAL: dict[str, frozenset[str]] = {
 SIBLING_ORDERS: dict[str, tuple[str, ...]] = {
     "worker": (
         "worker.child",
+        "worker.fake_programs",
         "worker.trace",
         "worker.lower",
         "worker.bundle",
