@@ -46,7 +46,7 @@ stack:
 	  echo "make stack needs STACK=NAME (python3 -m coverfarm.stacks list names them)" >&2; exit 2; fi
 	@if [ -z "$(PYTHON312)" ]; then \
 	  echo "coverfarm needs Python 3.12: install it (e.g. 'pyenv install 3.12.1') or set PYTHON312=/path/to/python3.12" >&2; exit 1; fi
-	$(PYTHON312) -m coverfarm.stack_build $(STACK) --python $(PYTHON312) --root $(STACKS_ROOT) $(if $(WHEEL),--wheel $(WHEEL)) $(if $(BASE),--base $(BASE))
+	$(PYTHON312) -m farmrun.stack_build $(STACK) --python $(PYTHON312) --root $(STACKS_ROOT) $(if $(WHEEL),--wheel $(WHEEL)) $(if $(BASE),--base $(BASE))
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -21,9 +21,9 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy.orm import Session, sessionmaker
 
-from coverfarm.processes import stop_group
 from coverfarm.result import HeavyMacs, Ops, Options, Programs, ResultDocument, StageResult, StageStatus
 from coverfarm.settings import Settings
+from coverfarm_cli.processes import stop_group
 from orchestrator.db import make_engine, make_sessionmaker
 
 ROOT = Path(__file__).resolve().parents[1]

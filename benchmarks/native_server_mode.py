@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
+from coverfarm.bundle_manifest import load_manifest
 from gpu_runner.bundle_plan import _frame_env, _npz, run_plan
 from gpu_runner.bundle_run import verify
-from gpu_runner.manifest import load_manifest
 from gpu_runner.native.binary import configured_path
 from gpu_runner.native.runtime import NativeRuntime
 

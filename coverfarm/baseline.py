@@ -44,7 +44,7 @@ class BaselineResult(BaseModel):
     error: str | None = None
     finished_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     runner_id: int | None = None  # the enrolled runner that timed it (a speed-up needs the device's own)
-    host_id: str | None = None  # gpu_runner.hostload.host_id()
+    host_id: str | None = None  # farmrun.hostload.host_id()
 
 
 class Speedup(BaseModel):

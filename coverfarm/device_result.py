@@ -145,7 +145,7 @@ class TimingRules(BaseModel):
     min_s: float = Field(2.0, ge=0)
     max_s: float = Field(60.0, gt=0)
     max_chunks: int = Field(1000, ge=1)
-    # A sample shorter than this times several consecutive chunks together (gpu_runner.stats.timed_loop).
+    # A sample shorter than this times several consecutive chunks together (farmrun.stats.timed_loop).
     min_sample_ms: float = Field(1.0, ge=0)
     replicas: int = Field(5, ge=1)
     # An interval within ± this fraction of its figure is narrow: the figure (or speed-up) is known.
@@ -165,20 +165,20 @@ class TimingRules(BaseModel):
 
 
 class HostLoad(BaseModel):
-    """What else ran on the host while a replica was timed (``gpu_runner.hostload``, from ``/proc``)."""
+    """What else ran on the host while a replica was timed (``farmrun.hostload``, from ``/proc``)."""
 
     cores: int
     window_s: float
     loadavg_1m_start: float | None = None
     loadavg_1m_end: float | None = None
-    # None when the window was too short for /proc's clock ticks (gpu_runner.hostload.MIN_WINDOW_S)
+    # None when the window was too short for /proc's clock ticks (farmrun.hostload.MIN_WINDOW_S)
     busy_cores: float | None = None  # all CPU time spent on the host over the window, in cores
     own_cores: float | None = None  # of it, the timing process's own (and its reaped children's)
     other_cores: float | None = None  # of it, every other process's: what the timing shared the host with
 
 
 class CpuShare(BaseModel):
-    """The CPUs a timing process could use and the threads it ran on (``gpu_runner.cpu_share``): the CPUs
+    """The CPUs a timing process could use and the threads it ran on (``farmrun.cpu_share``): the CPUs
     of its affinity mask less those other processes kept busy, capped by its cgroup's CPU quota."""
 
     cores: int  # the host's (os.cpu_count)
@@ -196,7 +196,7 @@ class CpuShare(BaseModel):
 
 
 class Isolation(BaseModel):
-    """The host-level timing lock (``coverfarm.hostlock``) a replica held while it was timed."""
+    """The host-level timing lock (``farmrun.hostlock``) a replica held while it was timed."""
 
     lock: str  # the lock file
     acquired: bool  # False: it waited ``waited_s`` (its bound) and timed beside what held the lock
@@ -370,7 +370,7 @@ class DeviceResult(BaseModel):
     finished_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     # Who timed it where: a speed-up divides two measurements of the same runner on the same host.
     runner_id: int | None = None  # the enrolled runner of this host (its runner.json), None if none
-    host_id: str | None = None  # gpu_runner.hostload.host_id(): machine id and host name
+    host_id: str | None = None  # farmrun.hostload.host_id(): machine id and host name
     # The chunk run once more with a profiling runtime (coverfarm/profile.py), apart from the timed runs:
     # its ETDumps and where the time went. Never part of ``latency``.
     profile: ProfileRun | None = None

@@ -58,10 +58,10 @@ class Settings(BaseSettings):
     # records the rules it was measured under (coverfarm.device_result.TimingRules has the defaults).
     timing: TimingRules = Field(default_factory=TimingRules)
     # ``coverfarm up``'s own runner shares its host's CPUs with the lowering: it times eager PyTorch for a
-    # speed-up only where its process may use at least this many CPUs (gpu_runner.cpu_share); on fewer,
+    # speed-up only where its process may use at least this many CPUs (farmrun.cpu_share); on fewer,
     # fresh processes spread too far for a speed-up to be known, and a denoiser's baseline costs minutes.
     up_baseline_min_cpus: int = Field(8, ge=1)
-    # The host-level lock that keeps timings apart from CPU stages (coverfarm.hostlock). None:
+    # The host-level lock that keeps timings apart from CPU stages (farmrun.hostlock). None:
     # home/timing.lock, which the worker and the local runner of ``coverfarm up`` share.
     timing_lock: Path | None = None
     # How long a timing waits for the CPU stages running on its host before it times beside them

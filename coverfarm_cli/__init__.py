@@ -1,7 +1,8 @@
 """The ``coverfarm`` command: one sub-command module per job, registered here.
 
-What it may import: every other package (``coverfarm``, ``worker``, ``gpu_runner``, ``orchestrator``,
-``dashboard``); none imports it (tests/test_import_borders.py). ``python -m coverfarm_cli`` runs it.
+What it may import: every other package (``coverfarm``, ``farmrun``, ``worker``, ``gpu_runner``,
+``orchestrator``, ``dashboard``); none imports it (tests/test_import_borders.py). ``python -m coverfarm_cli``
+runs it.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ import sys
 from collections.abc import Sequence
 
 from coverfarm.errors import UserError, one_line
-from coverfarm.processes import die_with_parent
 from coverfarm_cli import analyze, baseline, farm, results, runner, tokens
+from coverfarm_cli.processes import die_with_parent
 
 DESCRIPTION = (
     "How much of each LeRobot policy each ExecuTorch backend takes, and how it runs on devices: analyze one "

@@ -72,8 +72,8 @@ def run(args: argparse.Namespace) -> int:
         first = error.errors()[0]
         raise UserError(f"--{first['loc'][0]}: {first['msg']}") from None
 
-    from coverfarm.hostlock import HostLock
     from coverfarm_cli.runner_farm import enrolled_runner_id
+    from farmrun.hostlock import HostLock
     from worker.bundle.baseline import measure_baseline  # the measuring itself runs in child processes
 
     result = measure_baseline(

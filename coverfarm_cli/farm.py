@@ -20,11 +20,11 @@ from typing import Any
 from coverfarm import catalog, tracker
 from coverfarm.device_classes import backend_of
 from coverfarm.errors import UserError
-from coverfarm.processes import STOP_GRACE_S, exit_on_signals, start_child, stop_groups
 from coverfarm.settings import Settings, get_settings
 from coverfarm_cli import offline
 from coverfarm_cli.farm_api import DEFAULT_URL, _request, _token
 from coverfarm_cli.follow import follow
+from coverfarm_cli.processes import STOP_GRACE_S, exit_on_signals, start_child, stop_groups
 
 DONE_STATES = ("done", "cancelled")
 
@@ -254,7 +254,7 @@ def run_worker(args: argparse.Namespace) -> int:
         f"{per_job_gb:.1f} GB each, on {queues}",
         file=sys.stderr,
     )
-    from coverfarm.queues import quiet_as_root
+    from farmrun.celery_app import quiet_as_root
     from orchestrator.jobs.tasks import app
 
     quiet_as_root(app)

@@ -88,8 +88,8 @@ def add_runner_command(commands: argparse._SubParsersAction, default_url: str) -
 
 
 def run_enrol_offline(args: argparse.Namespace) -> int:
-    from coverfarm.signing import new_key_pair
     from coverfarm_cli.farm_api import _request, _token
+    from farmrun.signing import new_key_pair
     from gpu_runner.config import RunnerConfig, save
 
     classes = [name.strip() for name in args.classes.split(",") if name.strip()]

@@ -133,7 +133,7 @@ def run_bundle(args: argparse.Namespace) -> int:
     binary = _executor_runner(args)
     runner_id = args.runner_id if args.runner_id is not None else runner_farm.enrolled_runner_id(args)
 
-    from coverfarm.hostlock import HostLock
+    from farmrun.hostlock import HostLock
     from gpu_runner.profiling import configured, profile_result
     from gpu_runner.replicas import run_replicated
 

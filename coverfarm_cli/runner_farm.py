@@ -22,11 +22,11 @@ from typing import Any
 from coverfarm import backends
 from coverfarm.device_classes import backend_of
 from coverfarm.errors import UserError
-from coverfarm.processes import start_child
 from coverfarm.result import error_line
 from coverfarm.settings import Settings, get_settings
 from coverfarm_cli import offline
 from coverfarm_cli.farm_api import DEFAULT_URL, _request, _token
+from coverfarm_cli.processes import start_child
 from gpu_runner.timing_options import OPTIONS, add_timing_options, timing_rules
 
 CLI = "import sys; from coverfarm_cli import main; sys.exit(main())"
@@ -81,7 +81,7 @@ def config_path(args: argparse.Namespace) -> Path:
 
 def run_register(args: argparse.Namespace) -> int:
     from coverfarm.device_result import EagerBaseline
-    from coverfarm.signing import new_key_pair
+    from farmrun.signing import new_key_pair
     from gpu_runner.config import RunnerConfig, save
     from gpu_runner.probe import probe
 
@@ -151,7 +151,7 @@ def run_revoke(args: argparse.Namespace) -> int:
 
 def result_json(result: dict[str, Any], args: argparse.Namespace) -> str:
     """The result document to write: signed with the runner credential when this host has one."""
-    from coverfarm.signing import sign
+    from farmrun.signing import sign
     from gpu_runner.config import load_if_present
 
     config = None if getattr(args, "unsigned", False) else load_if_present(config_path(args))
@@ -246,7 +246,7 @@ def local_timing(environ: Mapping[str, str]) -> list[str]:
 
 def local_baseline(settings: Settings) -> tuple[bool, str]:
     """Whether ``up``'s runner takes eager-baseline jobs, and the words that say why (printed by ``up``)."""
-    from gpu_runner.cpu_share import cpu_share, threads_for
+    from farmrun.cpu_share import cpu_share, threads_for
 
     # The host's bound (affinity mask and quota), not what is busy at this moment: the sweep has not
     # started yet, and the baseline measures its own busy CPUs when it runs.

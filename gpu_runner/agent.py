@@ -13,7 +13,7 @@ Three processes, all in the runner's process group:
 - per bundle, a fresh ``coverfarm runner run-bundle`` process (fresh for timing, and so that a runtime
   that crashes takes down nothing but itself), which runs its replicas in fresh processes of their own;
   per baseline, a fresh ``coverfarm baseline`` process, the only one that loads torch, never while a
-  bundle runs (one job at a time). Both hold the host's timing lock (``coverfarm.hostlock``) while they
+  bundle runs (one job at a time). Both hold the host's timing lock (``farmrun.hostlock``) while they
   time, so a CPU worker on the same host starts no stage meanwhile; a job waiting for that lock keeps
   beating.
 
@@ -42,9 +42,9 @@ import httpx
 
 from coverfarm.baseline import BaselineResult
 from coverfarm.device_result import TimingRules
-from coverfarm.periodic import Outage, Periodic
 from coverfarm.result import Options
 from coverfarm.settings import Settings, get_settings
+from farmrun.periodic import Outage, Periodic
 from gpu_runner import profiling
 from gpu_runner.client import FarmClient, Refused
 from gpu_runner.config import RunnerConfig, load
@@ -320,15 +320,9 @@ def consume(config: RunnerConfig, settings: Settings, timing: Timing) -> None:
     from celery import Task
     from celery.exceptions import Reject
 
-    from coverfarm.queues import (
-        DEVICE_TASK,
-        DeviceMessage,
-        baseline_queue,
-        device_queue,
-        make_celery,
-        quiet_as_root,
-    )
+    from coverfarm.queues import DEVICE_TASK, DeviceMessage, baseline_queue, device_queue
     from coverfarm.stacks import current_stack
+    from farmrun.celery_app import make_celery, quiet_as_root
     from gpu_runner.probe import baseline_capability
 
     if settings.broker_url is None and config.broker_url is not None:

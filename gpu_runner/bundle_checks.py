@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
+from coverfarm.bundle_manifest import Manifest
 from coverfarm.device_result import FramesCheck, OutputCheck, OutputStability, ProgramCheck
 from gpu_runner import runtime
 from gpu_runner.bundle_plan import Programs, _frame_env, _npz, _take, run_plan
-from gpu_runner.manifest import Manifest
 
 
 def _same_shape(what: str, actual: np.ndarray, expected: np.ndarray) -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from coverfarm.bundle_manifest import BundleError, Manifest, Plan
 from gpu_runner import runtime
-from gpu_runner.manifest import BundleError, Manifest, Plan
 
 Programs = Mapping[str, runtime.Program]
 

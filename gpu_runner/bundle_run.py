@@ -8,7 +8,7 @@ whose content does not match its address is refused before anything is loaded.
 
 The timed chunks cycle over the bundle's frames (``TimingRules.inputs``; frame 0 alone as an option), as
 the eager baseline does, under the rules' time bounds, holding the host's timing lock when given one
-(``coverfarm.hostlock``) and recording the host's load meanwhile. Every timed chunk's outputs are
+(``farmrun.hostlock``) and recording the host's load meanwhile. Every timed chunk's outputs are
 compared with the reference of its frame: a run whose outputs differ on some executions fails
 ``output not stable: k of N executions differ``. This is one replica in one process;
 ``gpu_runner.replicas`` runs several in fresh processes (``python -m gpu_runner.bundle_run``) and
@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from coverfarm import backends
+from coverfarm.bundle_manifest import BundleError, Manifest, load_manifest
 from coverfarm.device_result import (
     DeviceFailure,
     DeviceResult,
@@ -36,19 +37,18 @@ from coverfarm.device_result import (
     Tolerance,
 )
 from coverfarm.digest import bundle_digest
-from coverfarm.hostlock import HostLock, held
+from farmrun.hostload import LoadMeter, host_id
+from farmrun.hostlock import HostLock, held
+from farmrun.stats import latency_stats, mark_isolation, replica
 from gpu_runner import runtime
 from gpu_runner import runtime as runtime_module  # ``run_bundle``'s ``runtime`` argument hides the name
 from gpu_runner.bundle_checks import OutputChecker, check_frames, replay_testcase
 from gpu_runner.bundle_plan import Programs, _frame_env, _npz, run_plan
 from gpu_runner.bundle_verdict import _verdict, _wrong_output
-from gpu_runner.hostload import LoadMeter, host_id
-from gpu_runner.manifest import BundleError, Manifest, load_manifest
 from gpu_runner.native.runtime import NativeProgram, NativeRuntime
 from gpu_runner.native.shader_cache import shader_cache_state
 from gpu_runner.probe import probe
 from gpu_runner.runtime_choice import CHOICES, RuntimeChoice, choose_runtime
-from gpu_runner.stats import latency_stats, mark_isolation, replica
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 

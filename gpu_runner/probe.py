@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -36,6 +35,7 @@ from coverfarm.device_result import (
     ThermalZone,
     VulkanDevice,
 )
+from farmrun.board import board, read_or_none
 from gpu_runner import runtime
 from gpu_runner.native import binary as native_binary
 
@@ -82,34 +82,6 @@ _VENDOR_WORDS = {
 }  # fmt: skip
 _KEY_VALUE = re.compile(r"^\s*(\w+)\s*=\s*(.*?)\s*$")
 _GPU_HEADER = re.compile(r"^GPU(\d+):\s*$")
-
-
-def board(root: Path = Path("/")) -> Board:
-    """The board from ``root``'s /proc (a fixture's tree in tests)."""
-    model = _read(str(root / "proc/device-tree/model"))
-    compatible = _read(str(root / "proc/device-tree/compatible")) or ""
-    cpu_model = None
-    cpuinfo = _read(str(root / "proc/cpuinfo")) or ""
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        # x86 says "model name"; arm64 kernels often only say "Hardware" or nothing at all.
-        if key.strip() in ("model name", "Hardware", "Model") and value.strip():
-            cpu_model = value.strip()
-            break
-    return Board(
-        model=model.rstrip("\0").strip() if model else None,
-        compatible=[entry for entry in compatible.split("\0") if entry.strip()],
-        cpu_model=cpu_model,
-        cores=os.cpu_count() or 1,
-        arch=platform.machine(),
-    )
-
-
-def _read(path: str) -> str | None:
-    try:
-        return Path(path).read_text(errors="replace")
-    except OSError:
-        return None
 
 
 def _vulkaninfo(*args: str) -> subprocess.CompletedProcess[str]:
@@ -190,8 +162,8 @@ def vulkan_devices() -> tuple[list[VulkanDevice], str]:
 def thermal_zones(root: Path = Path("/sys/class/thermal")) -> list[ThermalZone]:
     zones = []
     for zone in sorted(root.glob("thermal_zone*")):
-        temp = _read(str(zone / "temp"))
-        kind = _read(str(zone / "type"))
+        temp = read_or_none(zone / "temp")
+        kind = read_or_none(zone / "type")
         try:
             temp_c = int(temp.strip()) / 1000 if temp else None
         except ValueError:

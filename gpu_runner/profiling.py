@@ -36,9 +36,9 @@ from typing import Protocol
 
 import numpy as np
 
+from coverfarm.bundle_manifest import BundleError, Manifest, ProgramSpec, load_manifest
 from coverfarm.device_result import DeviceResult
 from coverfarm.profile import ProfileEtdump, ProfileRun, ProfileSummary
-from gpu_runner.manifest import BundleError, Manifest, ProgramSpec, load_manifest
 from gpu_runner.native.binary import help_flags
 from gpu_runner.native.command import runner_args
 from gpu_runner.runtime import RuntimeFailure

@@ -2,8 +2,8 @@
 
 Each replica is ``python -m gpu_runner.bundle_run`` in a process of its own (its own program load and
 warm-up), one after the other, all of them inside one hold of the host's timing lock
-(``coverfarm.hostlock``), so no stage slips in between two replicas. The result is the first replica's
-checks with every replica's latency combined (``gpu_runner.stats.combine``): stable only when enough
+(``farmrun.hostlock``), so no stage slips in between two replicas. The result is the first replica's
+checks with every replica's latency combined (``farmrun.stats.combine``): stable only when enough
 replicas agree. A replica that fails makes the run fail with its cause; a replica whose process gives no
 document fails the run with why.
 """
@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from coverfarm.device_result import DeviceResult, TimingRules
-from gpu_runner.stats import combine, mark_isolation
+from farmrun.stats import combine, mark_isolation
 
 if TYPE_CHECKING:
-    from coverfarm.hostlock import HostLock
+    from farmrun.hostlock import HostLock
 
 
 def run_replicated(
@@ -41,7 +41,7 @@ def run_replicated(
     """``rules.replicas`` fresh-process runs of ``bundle`` inside one hold of ``lock`` (waiting at most
     ``lock_wait_s`` for it); ``timeout_s`` bounds each replica's process; ``server_mode=False``: one
     native process per call."""
-    from coverfarm.hostlock import held
+    from farmrun.hostlock import held
 
     with held(lock, lock_wait_s) as isolation:
         result = _replicas(

@@ -26,9 +26,9 @@ from typing import Any, Literal, Protocol, cast
 import numpy as np
 
 from coverfarm import backends
+from coverfarm.bundle_manifest import ProgramSpec
 from coverfarm.device_result import DeviceFailure, TimingRules
-from gpu_runner.manifest import ProgramSpec
-from gpu_runner.stats import Timed, timed_loop
+from farmrun.stats import Timed, timed_loop
 
 # The runtime name of each coverfarm backend's delegate, as ``backend_registry`` lists it.
 RUNTIME_BACKEND = backends.runtime_backends()
@@ -180,7 +180,7 @@ class TimedChunks(Timed):
 class ProgramRuntime(Protocol):
     """A way to execute a bundle's programs on this host.
 
-    ``time_chunk`` times ``work``'s chunks under ``rules`` (``gpu_runner.stats.timed_loop`` bounds an
+    ``time_chunk`` times ``work``'s chunks under ``rules`` (``farmrun.stats.timed_loop`` bounds an
     in-process loop; a runtime that cannot loop in process follows the same rules its own way) and says
     what a sample covers, because the runtimes cannot measure the same thing: in-process calls are timed
     end to end, a binary that runs one call per process only from its own logs.

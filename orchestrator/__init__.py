@@ -1,8 +1,9 @@
 """The orchestrator: REST API, storage and scheduling of sweeps (never imports torch).
 
-What it may import: ``coverfarm`` only (the torch-free host facts the CPU worker's task,
+What it may import: ``coverfarm`` (the torch-free host facts the CPU worker's task,
 ``orchestrator.jobs.tasks``, registers a worker and keys reuse with are the contract's:
-``coverfarm.worker_memory``, ``coverfarm.versions``, ``coverfarm.reuse``); never ``worker``,
+``coverfarm.worker_memory``, ``coverfarm.versions``, ``coverfarm.reuse``) and ``farmrun`` (the Celery
+app, heartbeats, checking an offline result's signature); never ``worker``,
 ``gpu_runner``, ``dashboard`` or the command (tests/test_import_borders.py). The engine is a plugin the
 task loads by its configured name (``settings.engine``), not an import.
 

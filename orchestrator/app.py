@@ -18,8 +18,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 
-from coverfarm.queues import make_celery
 from coverfarm.settings import Settings, get_settings
+from farmrun.celery_app import make_celery
 from orchestrator.db import make_engine, make_sessionmaker
 from orchestrator.devices.endpoints import imports_router
 from orchestrator.devices.endpoints import router as devices_router

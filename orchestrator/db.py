@@ -22,8 +22,9 @@ from sqlalchemy import Engine, create_engine, event, update
 from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker
 
 from coverfarm.errors import UserError
-from coverfarm.queues import DeviceMessage, LowerMessage, send_device, send_lower
+from coverfarm.queues import DeviceMessage, LowerMessage
 from coverfarm.settings import Settings
+from farmrun.celery_app import send_device, send_lower
 from orchestrator.models import Job, utcnow
 
 OUTBOX = "coverfarm_outbox"

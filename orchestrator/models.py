@@ -300,7 +300,7 @@ class Runner(Base):
     probe: Mapped[dict[str, Any]] = mapped_column(JSONType)  # coverfarm.device_result.ProbeReport
     credential_hash: Mapped[str] = mapped_column(String(64), unique=True)
     # Ed25519 public key (hex) that verifies the runner's signed offline results; the private key
-    # never reaches the farm (coverfarm/signing.py). None: the runner signs nothing.
+    # never reaches the farm (farmrun/signing.py). None: the runner signs nothing.
     signing_key: Mapped[str | None] = mapped_column(String(64))
     state: Mapped[str] = mapped_column(String(16))  # a RunnerState value
     state_reason: Mapped[str | None] = mapped_column(REASON)

@@ -36,8 +36,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from coverfarm.processes import stop_group
 from coverfarm.settings import Settings
+from coverfarm_cli.processes import stop_group
 from dashboard.app import create_app
 from orchestrator.migrate import upgrade
 

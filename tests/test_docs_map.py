@@ -16,7 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MAP = ROOT / "docs" / "map.md"
-PACKAGES = ("coverfarm", "worker", "orchestrator", "gpu_runner", "dashboard", "coverfarm_cli")
+PACKAGES = ("coverfarm", "farmrun", "worker", "orchestrator", "gpu_runner", "dashboard", "coverfarm_cli")
 _NAMED = re.compile(r"`([^`]+)`")
 
 Row = tuple[list[str], set[str]]  # (what its first cell names, what the rest of its row names)

@@ -17,29 +17,36 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # What each top-level package may import of the others (besides itself): a package, or single modules
 # of one. Each package's __init__.py docstring says the same in words; docs/map.md shows the table.
-# Bottom to top: the contract; gpu_runner; worker (its eager baseline is timed and probed as a runner
-# times and probes); orchestrator (the contract only: its CPU worker task registers a worker with the
-# torch-free host facts of coverfarm.worker_memory and coverfarm.versions, and keys reuse with
-# coverfarm.reuse; the engine itself is a plugin named by settings.engine, no import); dashboard (pages
-# over the orchestrator's services, and the app that serves both); the command on top.
+# Bottom to top: the contract; farmrun, the running machinery the farm's processes share (the Celery app,
+# the host's timing lock, the timing statistics and host facts a device run and an eager baseline both
+# record, heartbeats, signing, the stack builder); then side by side, none importing another, gpu_runner,
+# worker (its eager baseline is timed with farmrun's statistics, never the runner's code) and
+# orchestrator (the contract and farmrun: its CPU worker task registers a worker with the torch-free host
+# facts of coverfarm.worker_memory and coverfarm.versions, and keys reuse with coverfarm.reuse; the engine
+# itself is a plugin named by settings.engine, no import); dashboard (pages over the orchestrator's
+# services, and the app that serves both); the command on top.
 ALLOWED: dict[str, frozenset[str]] = {
     "coverfarm": frozenset(),
-    "gpu_runner": frozenset({"coverfarm"}),
-    "worker": frozenset({"coverfarm", "gpu_runner"}),
-    "orchestrator": frozenset({"coverfarm"}),
+    "farmrun": frozenset({"coverfarm"}),
+    "gpu_runner": frozenset({"coverfarm", "farmrun"}),
+    "worker": frozenset({"coverfarm", "farmrun"}),
+    "orchestrator": frozenset({"coverfarm", "farmrun"}),
     "dashboard": frozenset({"coverfarm", "orchestrator"}),
-    "coverfarm_cli": frozenset({"coverfarm", "gpu_runner", "worker", "orchestrator", "dashboard"}),
+    "coverfarm_cli": frozenset({"coverfarm", "farmrun", "gpu_runner", "worker", "orchestrator", "dashboard"}),
 }
 PACKAGES = tuple(ALLOWED)
-# Third-party imports a package must never make (outside the repository's packages).
+# Third-party imports a package must never make (outside the repository's packages). The contract
+# describes what runs and runs nothing: the Celery app and signing are farmrun's.
 FORBIDDEN_EXTERNAL: dict[str, frozenset[str]] = {
-    "coverfarm": frozenset({"torch"}),
+    "coverfarm": frozenset({"torch", "celery", "cryptography"}),
+    "farmrun": frozenset({"torch"}),
     "gpu_runner": frozenset({"torch"}),
     "orchestrator": frozenset({"torch"}),
 }
 # The order of sibling subpackages and modules, bottom first: an arrow between two of them points down it.
 # The worker's are all of its children, in the order of the pipeline of one cell: the child processes
-# every stage runs in, trace, lower, bundle, reading a bundle's device profiles, the blocker groups'
+# every stage runs in, a fake-weight trace's programs across a save and a load (the trace saves them, the
+# lower stage loads them), trace, lower, bundle, reading a bundle's device profiles, the blocker groups'
 # repros, and the engine that runs them.
 # The orchestrator's are its domains: the event log and the artifact store at the bottom, then CPU
 # workers, jobs (the state machine, and the cell state its CPU jobs give), devices (runners and device
@@ -48,6 +55,7 @@ FORBIDDEN_EXTERNAL: dict[str, frozenset[str]] = {
 SIBLING_ORDERS: dict[str, tuple[str, ...]] = {
     "worker": (
         "worker.child",
+        "worker.fake_programs",
         "worker.trace",
         "worker.lower",
         "worker.bundle",

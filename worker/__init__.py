@@ -8,8 +8,9 @@ the health-check bundle, the eager baseline), then ``repros/`` (each blocker gro
 the stages for a cell. Each subpackage imports only those before it in the order child, trace, lower,
 bundle, repros, engine (tests/test_import_borders.py, ``SIBLING_ORDERS``).
 
-What it may import: ``coverfarm`` and ``gpu_runner`` (the eager baseline, ``worker.bundle.baseline``, is
-timed and probed the way a device runner times and probes); never ``orchestrator``, ``dashboard`` or the
-command (tests/test_import_borders.py). Its Celery task is the jobs domain's,
+What it may import: ``coverfarm`` and ``farmrun`` (the eager baseline, ``worker.bundle.baseline``, is
+timed with the statistics, host load, CPU share and board a device runner records, under the host's
+timing lock); never ``gpu_runner``, ``orchestrator``, ``dashboard`` or the command
+(tests/test_import_borders.py). Its Celery task is the jobs domain's,
 ``orchestrator.jobs.tasks``, which runs this package's engine as a plugin named by ``settings.engine``.
 """

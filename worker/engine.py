@@ -28,7 +28,6 @@ from typing import Any
 
 from coverfarm import backends, catalog
 from coverfarm.errors import UserError
-from coverfarm.hostlock import host_lock
 from coverfarm.offline_causes import no_offline_build
 from coverfarm.result import (
     ErrorInfo,
@@ -41,6 +40,7 @@ from coverfarm.result import (
 )
 from coverfarm.versions import versions
 from coverfarm.worker_memory import worker_memory_gb
+from farmrun.hostlock import host_lock
 from worker.bundle.write import write_bundle
 from worker.child.bounded import StageRun, run_bounded
 from worker.lower.assemble import fold_lower_events

@@ -16,10 +16,11 @@ from typing import cast
 
 import numpy as np
 
+from coverfarm.bundle_manifest import ProgramSpec
 from coverfarm.device_result import DeviceFailure, FailureKind, ProgramLoad, TimingRules
 from coverfarm.device_words import CRASHED_WHILE_RUNNING, REFUSED_AT_LOAD
+from farmrun.stats import MIN_REACHED, timed_loop
 from gpu_runner.declared_source import DeclaredSource
-from gpu_runner.manifest import ProgramSpec
 from gpu_runner.native.binary import check_binary, help_flags, scan_backends
 from gpu_runner.native.command import runner_args
 from gpu_runner.native.failures import classify_exit
@@ -35,7 +36,6 @@ from gpu_runner.runtime import (
     RuntimeKind,
     TimedChunks,
 )
-from gpu_runner.stats import MIN_REACHED, timed_loop
 
 CALL_TIMEOUT_S = 900.0
 

@@ -17,9 +17,9 @@ from typing import NoReturn, Protocol
 
 import numpy as np
 
+from coverfarm.bundle_manifest import ProgramSpec
 from coverfarm.device_result import DeviceFailure, FailureKind
 from coverfarm.device_words import CRASHED_WHILE_RUNNING, REFUSED_AT_LOAD
-from gpu_runner.manifest import ProgramSpec
 from gpu_runner.native.command import runner_args
 from gpu_runner.native.failures import TAIL_LINES, classify_exit
 from gpu_runner.native.log import parse_log

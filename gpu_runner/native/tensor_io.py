@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpu_runner.manifest import TensorSpec
+from coverfarm.bundle_manifest import TensorSpec
 from gpu_runner.runtime import RuntimeFailure
 
 

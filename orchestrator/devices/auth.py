@@ -13,7 +13,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from coverfarm.signing import credential_hash
+from farmrun.signing import credential_hash
 from orchestrator.deps import SessionDep
 from orchestrator.devices import repository
 from orchestrator.devices.errors import Forbidden, Unauthenticated

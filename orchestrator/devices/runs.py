@@ -16,12 +16,13 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
-from coverfarm import device_classes, signing
+from coverfarm import device_classes
 from coverfarm.baseline import BaselineResult
 from coverfarm.device_result import DeviceResult
 from coverfarm.latency_interval import interval_of
 from coverfarm.result import Options, error_line
 from coverfarm.settings import Settings
+from farmrun import signing
 from orchestrator.devices import repository, service
 from orchestrator.devices.errors import Conflict, Forbidden, Unprocessable
 from orchestrator.devices.schemas import (

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from coverfarm import device_classes
 from coverfarm.settings import Settings
-from coverfarm.signing import credential_hash
+from farmrun.signing import credential_hash
 from orchestrator.artifacts.health import health_bundle
 from orchestrator.artifacts.store import ArtifactStore
 from orchestrator.devices import repository

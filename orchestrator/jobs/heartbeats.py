@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from coverfarm.periodic import Outage, Periodic
+from farmrun.periodic import Outage, Periodic
 from orchestrator.jobs import service as jobs
 from orchestrator.jobs.worker_runtime import Runtime
 from orchestrator.workers import service as workers

@@ -35,12 +35,13 @@ from celery.worker.request import Request
 from sqlalchemy.exc import OperationalError
 
 from coverfarm import backends
-from coverfarm.periodic import Periodic
-from coverfarm.queues import LOWER_TASK, LowerMessage, make_celery
+from coverfarm.queues import LOWER_TASK, LowerMessage
 from coverfarm.settings import get_settings
 from coverfarm.stack_detect import detect_stack
 from coverfarm.versions import versions
 from coverfarm.worker_memory import worker_memory_gb
+from farmrun.celery_app import make_celery
+from farmrun.periodic import Periodic
 from orchestrator.db import make_engine, make_sessionmaker
 from orchestrator.jobs import service as jobs
 from orchestrator.jobs.heartbeats import worker_heartbeat

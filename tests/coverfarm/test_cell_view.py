@@ -18,7 +18,7 @@ from coverfarm.device_result import DeviceResult, Isolation, LatencyStats, Timin
 from coverfarm.result import Options, ResultDocument, StageResult, StageStatus, WeightsInfo, error_line
 from coverfarm_cli import analyze, build_parser
 from dashboard.views import device_field
-from gpu_runner.stats import MIN_REACHED, replica
+from farmrun.stats import MIN_REACHED, replica
 
 CLASS = "cpu-x86_64-xnnpack"
 

@@ -16,7 +16,7 @@ from coverfarm.cell_view import Kind
 from coverfarm.device_result import DeviceResult, Isolation, LatencyStats, TimingRules
 from coverfarm.latency_interval import RULES_VERSION, interval_of
 from coverfarm.result import Options
-from gpu_runner.stats import MIN_REACHED, combine, latency_stats, replica
+from farmrun.stats import MIN_REACHED, combine, latency_stats, replica
 
 CLASS = "cpu-x86_64-xnnpack"
 ISOLATED = Isolation(lock="/tmp/timing.lock", acquired=True, waited_s=0.0)

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from coverfarm import stacks
-from coverfarm.stack_build import _requirements, file_sha256, resolve
 from coverfarm.stacks import (
     DEFAULT_LOCK,
     DEFAULT_STACK,
@@ -30,6 +29,7 @@ from coverfarm.stacks import (
     lock_pins,
     resolve_current_stack,
 )
+from farmrun.stack_build import _requirements, file_sha256, resolve
 
 ENV = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HOME": str(Path.home())}
 
@@ -147,7 +147,7 @@ def test_a_wheel_whose_sha256_differs_is_refused_before_anything_is_installed(
     (tmp_path / "other").mkdir()
     other = wheel(tmp_path / "other" / built.name, "pr 2")
     root = tmp_path / "envs"
-    command = [sys.executable, "-m", "coverfarm.stack_build", "pr-1", "--wheel", str(other)]
+    command = [sys.executable, "-m", "farmrun.stack_build", "pr-1", "--wheel", str(other)]
     command += ["--catalogue", str(catalogue_copy), "--root", str(root)]
     refused = subprocess.run(command, capture_output=True, text=True, env=ENV, cwd=REPO)
     assert refused.returncode == 1
@@ -158,7 +158,7 @@ def test_a_wheel_whose_sha256_differs_is_refused_before_anything_is_installed(
     assert not root.exists()
     # The wheel the stack names, changed on disk, is refused the same way.
     wheel(built, "changed")
-    command = [sys.executable, "-m", "coverfarm.stack_build", "pr-1", "--catalogue", str(catalogue_copy)]
+    command = [sys.executable, "-m", "farmrun.stack_build", "pr-1", "--catalogue", str(catalogue_copy)]
     changed = subprocess.run(
         [*command, "--root", str(root)], capture_output=True, text=True, env=ENV, cwd=REPO
     )

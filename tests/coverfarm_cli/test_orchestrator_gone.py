@@ -17,9 +17,9 @@ import pytest
 from farmkit import ROOT, coverfarm_command, free_port, wait_for
 from runnertools import child_env_with_engine
 
-from coverfarm import periodic
-from coverfarm.periodic import Outage
-from coverfarm.processes import STOP_GRACE_S
+from coverfarm_cli.processes import STOP_GRACE_S
+from farmrun import periodic
+from farmrun.periodic import Outage
 from gpu_runner.agent import REQUEUE, Timing, run_job
 from gpu_runner.client import FarmClient
 from gpu_runner.config import RunnerConfig

@@ -12,7 +12,6 @@ from html.parser import HTMLParser
 
 from sqlalchemy.orm import Session
 
-from coverfarm.queues import make_celery
 from coverfarm.result import (
     Blocker,
     Bundle,
@@ -29,6 +28,7 @@ from coverfarm.result import (
 from coverfarm.routes import worker_queues
 from coverfarm.settings import Settings
 from coverfarm.stacks import DEFAULT_STACK
+from farmrun.celery_app import make_celery
 from orchestrator.db import unit_of_work
 from orchestrator.jobs import service as jobs
 from orchestrator.workers import service as workers

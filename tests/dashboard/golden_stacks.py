@@ -43,9 +43,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from coverfarm.device_result import DeviceResult, RuntimeIdentity
-from coverfarm.queues import QUEUE_LOWER, make_celery
+from coverfarm.queues import QUEUE_LOWER
 from coverfarm.result import Blocker, Bundle, ErrorInfo, ResultDocument, StageResult, StageStatus
 from coverfarm.settings import Settings
+from farmrun.celery_app import make_celery
 from orchestrator.artifacts import repository as artifacts
 from orchestrator.artifacts.store import Stored
 from orchestrator.db import unit_of_work

@@ -49,7 +49,6 @@ from coverfarm.device_result import (
     ProbeReport,
     TimingRules,
 )
-from coverfarm.queues import make_celery
 from coverfarm.result import (
     Blocker,
     Bundle,
@@ -66,7 +65,8 @@ from coverfarm.result import (
     WeightsInfo,
 )
 from coverfarm.settings import Settings
-from gpu_runner.stats import MIN_REACHED, replica
+from farmrun.celery_app import make_celery
+from farmrun.stats import MIN_REACHED, replica
 from orchestrator.artifacts import repository as artifacts
 from orchestrator.artifacts.store import Stored
 from orchestrator.db import unit_of_work

@@ -34,9 +34,10 @@ from farmkit import wait_for
 from sqlalchemy.orm import Session, sessionmaker
 
 from coverfarm import catalog
-from coverfarm.queues import QUEUE_LOWER, make_celery
+from coverfarm.queues import QUEUE_LOWER
 from coverfarm.result import Blocker
 from coverfarm.settings import Settings
+from farmrun.celery_app import make_celery
 from orchestrator.db import unit_of_work
 from orchestrator.jobs import sending
 from orchestrator.models import Cell, Sweep
@@ -336,7 +337,7 @@ def test_an_imported_device_result_appears_in_an_open_grid(
     without a reload (the import emits a ``device`` event, which the grid follows)."""
     from coverfarm.device_result import DeviceResult, LatencyStats
     from coverfarm.result import Bundle
-    from coverfarm.signing import new_key_pair, sign
+    from farmrun.signing import new_key_pair, sign
 
     device_class = "h200-vulkan"
     body = {"policies": ["act"], "backends": ["vulkan"], "device_classes": [device_class]}

@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 from sqlalchemy.orm import Session, sessionmaker
 
-from coverfarm.queues import make_celery
 from coverfarm.settings import Settings
+from farmrun.celery_app import make_celery
 from orchestrator.db import unit_of_work
 from orchestrator.jobs import service as jobs
 

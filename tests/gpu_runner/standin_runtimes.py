@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpu_runner.manifest import ProgramSpec
+from coverfarm.bundle_manifest import ProgramSpec
 from gpu_runner.runtime import Program, PythonRuntime
 
 

@@ -1,5 +1,5 @@
 """The threads a CPU runtime gets: the CPUs of the process's affinity mask less the busy ones, capped by its
-cgroup's CPU quota (``gpu_runner.cpu_share``), checked in real child processes under ``taskset``, under a
+cgroup's CPU quota (``farmrun.cpu_share``), checked in real child processes under ``taskset``, under a
 cgroup filesystem of files written here (``COVERFARM_CGROUP_ROOT``) and, where this host lets a test
 create one, under a real cgroup with a CPU quota."""
 
@@ -17,10 +17,10 @@ import pytest
 from coverfarm.baseline import BaselineResult
 from coverfarm.device_result import CpuShare, Replica
 from coverfarm.result import Options
-from gpu_runner.cpu_share import ROOT_ENV_VAR, quota, threads_for
+from farmrun.cpu_share import ROOT_ENV_VAR, quota, threads_for
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARE = [sys.executable, "-m", "gpu_runner.cpu_share", "--sample-s", "0"]  # no busy sampling: exact
+SHARE = [sys.executable, "-m", "farmrun.cpu_share", "--sample-s", "0"]  # no busy sampling: exact
 HOST_CPUS = len(os.sched_getaffinity(0))
 
 

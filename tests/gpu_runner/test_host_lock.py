@@ -16,7 +16,7 @@ from pathlib import Path
 from runnerhelp import ROOT
 
 from coverfarm.device_result import DeviceResult
-from coverfarm.hostlock import HostLock
+from farmrun.hostlock import HostLock
 from worker.child.bounded import StageRun, run_bounded
 
 SLEEPY = str(ROOT / "tests" / "worker")

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 from runnerhelp import ROOT
 
+from coverfarm.bundle_manifest import TensorSpec, load_manifest
 from coverfarm.device_result import DeviceResult, TimingRules
 from coverfarm_cli import main
 from gpu_runner.bundle_run import run_bundle
-from gpu_runner.manifest import TensorSpec, load_manifest
 from gpu_runner.native.binary import ENV_VAR, configured_path, describe_binary, scan_backends
 from gpu_runner.native.command import runner_args
 from gpu_runner.native.log import parse_log

@@ -27,7 +27,8 @@ from boards import (
 )
 
 from coverfarm.device_result import Board, ExecutorchInfo, ProbeReport, VulkanDevice
-from gpu_runner.probe import board, describe, device_classes, probe, vulkan_devices
+from farmrun.board import board
+from gpu_runner.probe import describe, device_classes, probe, vulkan_devices
 
 VULKAN_RUNTIME = ExecutorchInfo(version="1.5.1", registered_backends=["VulkanBackend", "XnnpackBackend"])
 NEEDS_MALI_DRIVER = (

@@ -19,10 +19,10 @@ import pytest
 from runnerhelp import ROOT
 from standin_executor_runner import write_standin
 
+from coverfarm.bundle_manifest import BundleError, load_manifest
 from coverfarm.device_result import DeviceFailure, DeviceResult
 from coverfarm.profile import CPU, ProfileRun
 from gpu_runner.bundle_run import verify
-from gpu_runner.manifest import BundleError, load_manifest
 from gpu_runner.profiling import STAND_IN, profile_bundle, profile_result
 
 

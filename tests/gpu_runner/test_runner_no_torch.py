@@ -14,12 +14,12 @@ import sys
 from pathlib import Path
 import coverfarm_cli
 import coverfarm_cli.runner
-import gpu_runner.bundle_run, gpu_runner.probe, coverfarm.device_result, gpu_runner.runtime
+import gpu_runner.bundle_run, gpu_runner.probe, coverfarm.device_result, gpu_runner.runtime, farmrun.board
 coverfarm_cli.build_parser()
 bundle = Path(sys.argv[1])
 assert gpu_runner.bundle_run.verify(bundle) == bundle.name
-gpu_runner.manifest.load_manifest(bundle)
-gpu_runner.probe.board(), gpu_runner.probe.vulkan_devices(), gpu_runner.probe.thermal_zones()
+coverfarm.bundle_manifest.load_manifest(bundle)
+farmrun.board.board(), gpu_runner.probe.vulkan_devices(), gpu_runner.probe.thermal_zones()
 loaded = sorted(name for name in sys.modules if name == "torch" or name.startswith("torch."))
 assert not loaded, loaded[:5]
 """
@@ -39,7 +39,7 @@ def test_runner_modules_and_checks_do_not_import_torch(tiny_bundles: dict[str, P
 IMPORTS = """
 import importlib.metadata as md
 import sys
-import coverfarm_cli, coverfarm_cli.runner, coverfarm.signing, coverfarm.device_result
+import coverfarm_cli, coverfarm_cli.runner, farmrun.signing, coverfarm.device_result
 import gpu_runner.bundle_run, gpu_runner.native.runtime, gpu_runner.probe, gpu_runner.replicas
 coverfarm_cli.build_parser()
 dists = md.packages_distributions()

@@ -9,8 +9,8 @@ import pytest
 
 from coverfarm.device_result import TimingRules
 from coverfarm_cli import main
+from farmrun.stats import latency_stats
 from gpu_runner.probe import gpu_slug, parse_limits, parse_summary, thermal_zones
-from gpu_runner.stats import latency_stats
 
 
 def test_stats_from_raw_samples() -> None:

@@ -13,12 +13,12 @@ from standin_runtimes import FlakyOutputRuntime, SlowRuntime
 
 from coverfarm.baseline import BaselineResult, speedup
 from coverfarm.device_result import DeviceResult, Isolation, LatencyStats, TimingRules
-from coverfarm.hostlock import HostLock
 from coverfarm.result import Options
+from farmrun.hostload import LoadMeter, cpu_seconds, host_id, live_descendant_seconds
+from farmrun.hostlock import HostLock
+from farmrun.stats import MAX_S_REACHED, MIN_REACHED, combine, latency_stats, replica, timed_loop
 from gpu_runner.bundle_run import run_bundle
-from gpu_runner.hostload import LoadMeter, cpu_seconds, host_id, live_descendant_seconds
 from gpu_runner.replicas import run_replicated
-from gpu_runner.stats import MAX_S_REACHED, MIN_REACHED, combine, latency_stats, replica, timed_loop
 
 # One chunk per sample (min_sample_ms=0): these tests count chunks.
 QUICK = TimingRules(warmup=1, min_chunks=5, min_s=0.0, max_s=5.0, replicas=1, min_sample_ms=0.0)

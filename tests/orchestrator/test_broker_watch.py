@@ -10,8 +10,8 @@ from pathlib import Path
 
 from farmkit import free_port, start_redis, stop
 
-from coverfarm.queues import make_celery
 from coverfarm.settings import Settings
+from farmrun.celery_app import make_celery
 from orchestrator.broker import BrokerWatch
 from orchestrator.models import utcnow
 

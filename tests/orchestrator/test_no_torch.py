@@ -1,4 +1,4 @@
-"""The orchestrator, the shared queue module and the worker's task module never import torch."""
+"""The orchestrator, the queue module, the Celery app and the worker's task module never import torch."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ assert not loaded, loaded[:5]
         ("orchestrator.app", "orchestrator.app.create_app()"),
         ("dashboard.app", "dashboard.app.create_app()"),
         ("coverfarm.queues", ""),
+        ("farmrun.celery_app", ""),
         ("coverfarm_cli", "coverfarm_cli.build_parser()"),
         ("orchestrator.jobs.tasks", ""),  # the engine is imported by the first job, not by the module
     ],

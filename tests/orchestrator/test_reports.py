@@ -27,7 +27,7 @@ from coverfarm.result import (
     TraceInfo,
 )
 from coverfarm.settings import Settings
-from gpu_runner.stats import combine, latency_stats
+from farmrun.stats import combine, latency_stats
 from orchestrator.db import take_outbox
 from orchestrator.devices import repository as devices
 from orchestrator.jobs import service as jobs

@@ -11,8 +11,9 @@ import pytest
 from farmkit import ROOT
 from pydantic import ValidationError
 
-from coverfarm.queues import QUEUES, make_celery, time_limits, visibility_timeout
+from coverfarm.queues import QUEUES
 from coverfarm.settings import DEFAULT_BACKENDS, DEFAULT_POLICIES, Settings
+from farmrun.celery_app import make_celery, time_limits, visibility_timeout
 
 
 @pytest.fixture(autouse=True)

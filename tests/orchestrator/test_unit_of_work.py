@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from coverfarm.queues import make_celery
 from coverfarm.settings import Settings
+from farmrun.celery_app import make_celery
 from orchestrator.db import unit_of_work
 from orchestrator.models import Job, Sweep
 from orchestrator.reconciler import reconcile_once

@@ -14,7 +14,7 @@ from coverfarm.baseline import BaselineResult, speedup
 from coverfarm.device_result import DeviceResult, TimingRules
 from coverfarm.result import Options
 from coverfarm_cli import main
-from gpu_runner.stats import latency_stats
+from farmrun.stats import latency_stats
 from worker.bundle.baseline import measure_baseline
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from executorch.exir._serialize._program import deserialize_pte_binary
 
+from coverfarm.bundle_manifest import load_manifest
 from coverfarm.digest import bundle_digest
-from gpu_runner.manifest import load_manifest
 from orchestrator.artifacts.health import SHIPPED
 from worker.bundle import health
 

@@ -4,12 +4,12 @@ The policy is built by the engine's own adapter (``worker.trace.policies.registr
 it (same seed, checkpoint and frames), and one action chunk is the adapter's chunk plan run with its
 eager modules under ``torch.no_grad`` — exactly what computes a bundle's reference outputs. The chunks
 cycle over the bundle's frames (``TimingRules.inputs``; frame 0 alone as an option), as the device run
-does, under the rules' time bounds (``gpu_runner.stats.timed_loop``), with as many torch threads as the
-process has CPUs to itself (``gpu_runner.cpu_share``: its affinity mask less the busy CPUs, capped by its
+does, under the rules' time bounds (``farmrun.stats.timed_loop``), with as many torch threads as the
+process has CPUs to itself (``farmrun.cpu_share``: its affinity mask less the busy CPUs, capped by its
 cgroup's quota; all three recorded). Each replica runs in a fresh child process
 (``python -m worker.bundle.baseline``) bounded per phase by the options' ``timeout_s``, so the caller never
 imports torch and a policy that hangs is killed; all replicas run inside one hold of the host's timing
-lock (``coverfarm.hostlock``), and ``gpu_runner.stats.combine`` judges them together.
+lock (``farmrun.hostlock``), and ``farmrun.stats.combine`` judges them together.
 """
 
 from __future__ import annotations
@@ -24,17 +24,17 @@ from typing import TYPE_CHECKING, Any
 
 from coverfarm.baseline import BaselineResult
 from coverfarm.device_result import CpuShare, HostLoad, LatencyStats, TimingRules
-from coverfarm.hostlock import held
 from coverfarm.result import Options
-from gpu_runner.cpu_share import cpu_share, threads_for
-from gpu_runner.hostload import LoadMeter, host_id
-from gpu_runner.probe import board
-from gpu_runner.stats import combine, latency_stats, mark_isolation, replica, timed_loop
+from farmrun.board import board
+from farmrun.cpu_share import cpu_share, threads_for
+from farmrun.hostload import LoadMeter, host_id
+from farmrun.hostlock import held
+from farmrun.stats import combine, latency_stats, mark_isolation, replica, timed_loop
 from worker.child.bounded import StageRun, run_bounded
 from worker.child.events import EventLog, error_fields
 
 if TYPE_CHECKING:
-    from coverfarm.hostlock import HostLock
+    from farmrun.hostlock import HostLock
 
 MAX_FRAMES = 16  # the bundle holds up to 16 frames (docs/design.md)
 LATENCY_METHOD = (

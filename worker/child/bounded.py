@@ -12,7 +12,7 @@ The parent also records the child's peak resident memory at the end of each phas
 Elsewhere there are no per-phase figures.
 
 A CPU stage (trace, lower, repros) runs with the host's timing lock held shared (``host_lock``,
-``coverfarm.hostlock``): it starts only once no device run or eager baseline is timing on this host, or
+``farmrun.hostlock``): it starts only once no device run or eager baseline is timing on this host, or
 waiting to, and none starts timing until it ends. Its bounds count from its start, not from the wait.
 """
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from coverfarm.hostlock import HostLock
+from farmrun.hostlock import HostLock
 from worker.child.events import read_events
 
 POLL_S = 0.2

@@ -4,5 +4,6 @@ partitioner (``observe``), the metrics it counts (``metrics/``), fast lowering (
 docs/lowering.md), the what-if program counts of blocker groups (``whatif``), and the fold of the
 stage's events into the result document (``assemble``).
 
-What it may import: of the worker, ``worker.child`` and ``worker.trace`` (a fake-weight trace's programs).
+What it may import: of the worker, ``worker.child`` and ``worker.fake_programs`` (a fake-weight trace's
+programs, loaded back).
 """

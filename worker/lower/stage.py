@@ -13,7 +13,7 @@ their debug handles, from ``to_edge_transform_and_lower``'s own ``generate_etrec
 ``executorch.devtools.Inspector`` joins with a device's ETDump to name the ops of a profile's events
 (``worker/profile/``).
 
-A program traced with fake weights (its saved weights are meta tensors, ``worker.trace.fake_weights``) is
+A program traced with fake weights (its saved weights are meta tensors, ``worker.fake_programs``) is
 partitioned the same way and stops there: lowering into a delegate serializes constant values, which
 do not exist. It logs ``not_exported`` instead of ``exported``.
 """
@@ -37,10 +37,10 @@ from executorch.exir.passes.constant_prop_pass import constant_prop_pass
 from torch.export import ExportedProgram
 
 from worker.child.events import EventLog, error_fields
+from worker.fake_programs import forget_fake_constants, from_meta, has_meta_weights
 from worker.lower.backends import Backend, get_backend
 from worker.lower.metrics.graph import delegate_calls
 from worker.lower.observe import Observer, ObservingPartitioner
-from worker.trace.fake_weights import forget_fake_constants, from_meta, has_meta_weights
 
 
 class ConstantPropagation(ExportedProgramPassBase):

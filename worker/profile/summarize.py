@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from coverfarm.backends import runtime_backends
+from coverfarm.bundle_manifest import BundleError, Manifest, load_manifest
 from coverfarm.profile import (
     CPU,
     ProfileDelegate,
@@ -41,8 +43,6 @@ from coverfarm.profile import (
     ProfileSummary,
     share,
 )
-from gpu_runner.manifest import BundleError, Manifest, load_manifest
-from gpu_runner.runtime import RUNTIME_BACKEND
 
 TOP_OPS = 10
 EXECUTE, DELEGATE_CALL, OPERATOR_CALL, NATIVE_CALL = (
@@ -128,7 +128,7 @@ def summarize(run: ProfileRun, bundle: Path, manifest: Manifest | None = None) -
     """Where the time of ``run``'s chunk went, from its ETDumps and ``bundle``'s ETRecords."""
     manifest = manifest or load_manifest(bundle)
     specs = {p.name: p for p in manifest.programs}
-    default_backend = RUNTIME_BACKEND.get(manifest.backend or "", manifest.backend or "delegate")
+    default_backend = runtime_backends().get(manifest.backend or "", manifest.backend or "delegate")
     sums = _Sums()
     programs = []
     all_records = True

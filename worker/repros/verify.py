@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from coverfarm import backends
-from coverfarm.hostlock import host_lock
 from coverfarm.result import Repro
 from coverfarm.versions import versions
+from farmrun.hostlock import host_lock
 from worker.child.bounded import run_bounded
 from worker.lower.backends.reasons import LEFT_OUT, canonical_reason
 from worker.repros.script import VERDICT_PREFIX

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import worker.fake_programs
 import worker.trace.fake_weights
 import worker.trace.policies
 import worker.trace.stage
@@ -33,8 +34,9 @@ def code_digest() -> str:
         *policies.rglob("*.py"),
         Path(worker.trace.stage.__file__),
         Path(worker.trace.fake_weights.__file__),
+        Path(worker.fake_programs.__file__),
     ]
-    return _digest_files(files, policies.parent)
+    return _digest_files(files, policies.parent.parent)  # worker/: fake_programs.py is beside trace/
 
 
 def checkpoint_digest(checkpoint: str | None) -> str | None:

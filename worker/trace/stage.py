@@ -28,7 +28,8 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from worker.child.events import EventLog, error_fields
-from worker.trace.fake_weights import building_fake, to_meta
+from worker.fake_programs import to_meta
+from worker.trace.fake_weights import building_fake
 from worker.trace.policies.base import Call, TracedPolicy
 from worker.trace.policies.registry import get_adapter
 

@@ -136,7 +136,7 @@ def trusted_latency(
     """Two replicas under the default rules, timed under the host lock: their samples spread
     ``cv_spread`` about their medians, which lie ``replica_spread`` either side of ``median_ms``."""
     from coverfarm.device_result import Isolation, TimingRules
-    from gpu_runner.stats import MIN_REACHED, latency_stats, replica
+    from farmrun.stats import MIN_REACHED, latency_stats, replica
 
     samples = [median_ms * (1 + cv_spread * k) for k in (-1, 0, 1, 0, 0)]
     parts = [

@@ -22,8 +22,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from coverfarm.queues import device_queue
 from coverfarm.settings import Settings
-from coverfarm.signing import new_key_pair, sign
 from coverfarm.stacks import DEFAULT_STACK
+from farmrun.signing import new_key_pair, sign
 from orchestrator.devices import service as devices
 from orchestrator.models import DeviceRun, EnrolmentToken, Job, JobStatus, Runner, Sweep, utcnow
 

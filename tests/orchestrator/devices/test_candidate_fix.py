@@ -13,13 +13,13 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 from standin_executor_runner import write_standin
 
+from coverfarm.bundle_manifest import load_manifest
 from coverfarm.device_result import Board, ExecutorchInfo, ProbeReport
 from coverfarm.digest import bundle_digest
 from coverfarm.settings import Settings
-from coverfarm.signing import new_key_pair, sign
+from farmrun.signing import new_key_pair, sign
 from gpu_runner.bundle_run import run_bundle, runtime_identity
 from gpu_runner.declared_source import PATCHES_ENV_VAR, DeclaredSource, upstream_pulls
-from gpu_runner.manifest import load_manifest
 from gpu_runner.native.binary import describe_binary
 from gpu_runner.native.runtime import NativeRuntime
 

@@ -18,8 +18,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from coverfarm.settings import Settings
-from coverfarm.signing import new_key_pair, sign
 from dashboard.app import create_app
+from farmrun.signing import new_key_pair, sign
 from orchestrator.models import DeviceRun
 
 RESULTS = 300

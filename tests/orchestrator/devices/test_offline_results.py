@@ -16,7 +16,7 @@ from runnertools import run_cli
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from coverfarm.signing import public_key_of, sign
+from farmrun.signing import public_key_of, sign
 from orchestrator.models import Cell, DeviceRun, Event, Runner
 
 CLASS = f"cpu-{os.uname().machine}-xnnpack"

@@ -16,8 +16,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from coverfarm.profile import ProfileRun
 from coverfarm.result import Blocker
 from coverfarm.settings import Settings
-from coverfarm.signing import new_key_pair, sign
 from coverfarm.tracker import milliseconds, share_percent
+from farmrun.signing import new_key_pair, sign
 
 RECORDED = Path(__file__).resolve().parent / "recorded" / "tiny-xnnpack-wheel-etdump.profile.json"
 REASON = "no operator implementation"

@@ -23,9 +23,9 @@ from farmkit import free_port, recreate_database, session_broker
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from coverfarm.queues import make_celery
 from coverfarm.settings import Settings
 from dashboard.app import create_app
+from farmrun.celery_app import make_celery
 from orchestrator.db import make_engine, make_sessionmaker
 from orchestrator.jobs import service as jobs
 from orchestrator.migrate import upgrade

@@ -25,7 +25,7 @@ from coverfarm.baseline import BaselineResult
 from coverfarm.device_result import LatencyStats, RuntimeIdentity
 from coverfarm.result import Options
 from coverfarm.settings import Settings
-from coverfarm.signing import new_key_pair, sign
+from farmrun.signing import new_key_pair, sign
 from gpu_runner.native.failures import classify_exit
 from orchestrator.models import Sweep
 

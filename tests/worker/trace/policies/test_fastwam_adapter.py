@@ -226,7 +226,8 @@ def test_fastwam_static_prefix_is_checked(small: TracedPolicy, monkeypatch: pyte
 
 
 def test_fastwam_traces_with_fake_weights(tmp_path: Path) -> None:
-    from worker.trace.fake_weights import building_fake, is_fake, to_meta
+    from worker.fake_programs import to_meta
+    from worker.trace.fake_weights import building_fake, is_fake
 
     with building_fake():
         policy = trace_small(num_inference_steps=2)

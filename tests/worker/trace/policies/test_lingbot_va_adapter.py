@@ -174,7 +174,8 @@ def test_lingbot_va_static_chunk_is_checked(small: TracedPolicy, monkeypatch: py
 
 
 def test_lingbot_va_traces_with_fake_weights(tmp_path: Path) -> None:
-    from worker.trace.fake_weights import building_fake, is_fake, to_meta
+    from worker.fake_programs import to_meta
+    from worker.trace.fake_weights import building_fake, is_fake
 
     with building_fake():
         policy = trace_small(num_inference_steps=1, action_num_inference_steps=1)

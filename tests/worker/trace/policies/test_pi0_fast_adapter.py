@@ -269,7 +269,8 @@ def test_pi0_fast_early_stop_is_the_loops(monkeypatch: pytest.MonkeyPatch) -> No
 
 @pytest.mark.usefixtures("tiny_paligemma")
 def test_pi0_fast_traces_with_fake_weights(tmp_path: Path) -> None:
-    from worker.trace.fake_weights import building_fake, is_fake, to_meta
+    from worker.fake_programs import to_meta
+    from worker.trace.fake_weights import building_fake, is_fake
 
     with building_fake():
         policy = small(max_decoding_steps=3)

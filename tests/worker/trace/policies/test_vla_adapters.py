@@ -303,7 +303,8 @@ def test_openpi_small(name: str) -> None:
 def test_openpi_small_builds_with_fake_weights(tmp_path: Path) -> None:
     # SigLIP's truncated-normal initialisation cannot run on fake tensors as torch writes it
     # (worker.trace.fake_weights.building_fake): the full-size pi0 and pi05 are built with fake weights.
-    from worker.trace.fake_weights import building_fake, from_meta, is_fake, to_meta
+    from worker.fake_programs import from_meta, to_meta
+    from worker.trace.fake_weights import building_fake, is_fake
 
     overrides = {"num_inference_steps": 2, "chunk_size": 10, "n_action_steps": 10}
     with building_fake():

@@ -14,7 +14,7 @@ The threads are the mask's CPUs less the busy ones, rounded, capped by the quota
 one (``threads_for``). A thread pool larger than that shares cores, and PyTorch's collapses when it does
 (an eager act timed on 16 threads under ``taskset -c 0-7`` took 185 ms where 8 threads take 110).
 
-``python -m gpu_runner.cpu_share`` prints the document as JSON (``--sample-s 0``: no busy sampling).
+``python -m farmrun.cpu_share`` prints the document as JSON (``--sample-s 0``: no busy sampling).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from coverfarm.device_result import CpuShare
-from gpu_runner.hostload import busy_seconds, own_seconds
+from farmrun.hostload import busy_seconds, own_seconds
 
 ROOT_ENV_VAR = "COVERFARM_CGROUP_ROOT"
 DEFAULT_ROOT = Path("/sys/fs/cgroup")
@@ -150,7 +150,7 @@ def cpu_share(sample_s: float = 1.0, root: Path | None = None) -> CpuShare:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m gpu_runner.cpu_share", description="The CPUs this process may use, as JSON."
+        prog="python -m farmrun.cpu_share", description="The CPUs this process may use, as JSON."
     )
     parser.add_argument(
         "--sample-s", type=float, default=1.0, help="seconds of watching the busy CPUs (1; 0: none)"

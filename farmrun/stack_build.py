@@ -1,6 +1,6 @@
 """Build a stack's virtualenv from the repository's own pinned files: what ``make stack STACK=NAME`` runs.
 
-``python -m coverfarm.stack_build NAME [--wheel PATH] [--root .stacks]`` installs, into ``ROOT/NAME``,
+``python -m farmrun.stack_build NAME [--wheel PATH] [--root .stacks]`` installs, into ``ROOT/NAME``,
 the stack's lock file (``requirements/stacks/NAME.txt``), then lerobot without its dependencies, then
 coverfarm itself, the way ``make install`` builds the default ``.venv``; checks the dependencies as
 ``make install`` does; and checks that the new environment detects as NAME (``coverfarm.stacks``).
@@ -169,7 +169,7 @@ def build(stack: Stack, root: Path, python: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m coverfarm.stack_build", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m farmrun.stack_build", description=__doc__)
     parser.add_argument("name", help="the stack (requirements/stacks/NAME.txt)")
     parser.add_argument("--wheel", type=Path, help="a local executorch wheel: a wheel stack")
     parser.add_argument("--base", default=DEFAULT_STACK, help="a new wheel stack's base release stack")

@@ -5,7 +5,7 @@ this process's own (``os.times``, reaped children included, plus its live descen
 ``/proc/<pid>/stat``: a native runtime's server process runs the timed program) and the difference, the
 CPU other processes took, each in cores (CPU seconds over wall seconds), with the 1-minute load average
 at both ends.
-``gpu_runner.cpu_share`` decides a CPU runtime's threads from the CPUs the process may use. ``host_id``
+``farmrun.cpu_share`` decides a CPU runtime's threads from the CPUs the process may use. ``host_id``
 names the host, so a speed-up can check that both of its measurements were taken on the same one.
 """
 

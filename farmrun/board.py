@@ -1,0 +1,41 @@
+"""The board this host is, from its ``/proc``: the device tree's model and ``compatible`` entries, the CPU's
+model, the cores and the architecture. A device runner's probe reports it, and an eager baseline records
+the host it was timed on with it (``coverfarm.device_result.Board``).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+
+from coverfarm.device_result import Board
+
+
+def board(root: Path = Path("/")) -> Board:
+    """The board from ``root``'s /proc (a fixture's tree in tests)."""
+    model = read_or_none(root / "proc/device-tree/model")
+    compatible = read_or_none(root / "proc/device-tree/compatible") or ""
+    cpu_model = None
+    cpuinfo = read_or_none(root / "proc/cpuinfo") or ""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        # x86 says "model name"; arm64 kernels often only say "Hardware" or nothing at all.
+        if key.strip() in ("model name", "Hardware", "Model") and value.strip():
+            cpu_model = value.strip()
+            break
+    return Board(
+        model=model.rstrip("\0").strip() if model else None,
+        compatible=[entry for entry in compatible.split("\0") if entry.strip()],
+        cpu_model=cpu_model,
+        cores=os.cpu_count() or 1,
+        arch=platform.machine(),
+    )
+
+
+def read_or_none(path: Path) -> str | None:
+    """The text of ``path`` (bytes that are not UTF-8 replaced), or None where it cannot be read."""
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return None
