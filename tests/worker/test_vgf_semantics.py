@@ -60,3 +60,16 @@ def test_refusals_and_the_dropped_no_op_partition_give_the_partitioners_own_reas
     }
     assert events["partitioned"]["partitions"] == 1
     assert events["lowered"]["delegates"] == 1
+
+
+class IntegerIndex(torch.nn.Module):
+    """An index computed at run time in int64: the TOSA check names the index's node in its reason."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[torch.argsort(x[:, 0])]
+
+
+def test_a_reason_naming_an_input_node_names_its_position_instead() -> None:
+    events = lower_events(IntegerIndex(), (torch.randn(4, 8),), backend="vgf")
+    reasons = blockers(events)
+    assert reasons["aten.index.Tensor"] == "Non-constant int64 input <input 1>"

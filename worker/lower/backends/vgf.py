@@ -4,7 +4,8 @@
 around a ``WhyNoPartitionReporter`` and partitions through the ``CapabilityBasedPartitioner`` of
 ``executorch.backends.arm.tosa.partitioner`` (the fast lowering's exact partitioner is swapped in there).
 Its reasons are what that reporter is told first about a node (``reasons``), the words its own table of
-rejected nodes prints. After partitioning it drops partitions of no-op ops only ("Partition contained only
+rejected nodes prints, with the name of an input it names written as the input's position
+(``positional``). After partitioning it drops partitions of no-op ops only ("Partition contained only
 ops which are removed in the TOSA lowering, …"); those nodes are left out with that reason
 (``worker.lower.observe`` reads it through ``partition_reasons``).
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,6 +66,16 @@ def point_at_converter() -> None:
 point_at_converter()
 
 
+def positional(node: torch.fx.Node, reason: str) -> str:
+    """``reason`` with the names of ``node``'s inputs replaced by their positions: the TOSA checks name
+    the input they refuse ("Non-constant int64 input aten_view_copy_default_93"), a name that differs
+    from node to node and graph to graph, which would make a blocker group of each node and a repro
+    (whose nodes have other names) show another reason. The repro template applies the same."""
+    for index, source in enumerate(node.all_input_nodes):
+        reason = re.sub(rf"(?<![\w.]){re.escape(source.name)}(?![\w.])", f"<input {index}>", reason)
+    return reason
+
+
 def make_partitioner() -> Partitioner:
     from executorch.backends.arm.vgf import VgfCompileSpec, VgfPartitioner
 
@@ -99,7 +111,7 @@ def reasons(partitioner: Partitioner, ep: ExportedProgram) -> Reasons:
                 error.add_note(f"raised by the TOSA support check on {node.format_node()}")
                 raise
             said = reporter._rejected_nodes.get(node, "refused by the support check")
-            found[node] = None if accepted else said
+            found[node] = None if accepted else positional(node, said)
     return found
 
 
@@ -113,7 +125,7 @@ def partition_reports() -> Iterator[dict[torch.fx.Node, str]]:
     original = WhyNoPartitionReporter.report_reject
 
     def report_reject(self: WhyNoPartitionReporter, node: torch.fx.Node, reason: str) -> None:
-        said.setdefault(node, reason)
+        said.setdefault(node, positional(node, reason))
         original(self, node, reason)
 
     WhyNoPartitionReporter.report_reject = report_reject
@@ -133,7 +145,12 @@ def lower_and_ask(ep):
 
     def report_reject(self, node, reason):
         if str(getattr(node.target, "__name__", node.target)) == OP_NAME:
-            said.setdefault(node, reason)
+            # An input the reason names by its node name is written as its position, as the tracker does.
+            shown = reason
+            for index, source in enumerate(node.all_input_nodes):
+                pattern = rf"(?<![\\w.]){re.escape(source.name)}(?![\\w.])"
+                shown = re.sub(pattern, f"<input {index}>", shown)
+            said.setdefault(node, shown)
         original(self, node, reason)
 
     WhyNoPartitionReporter.report_reject = report_reject
