@@ -16,5 +16,6 @@ BACKEND = BackendInfo(
     partitioner='VgfPartitioner(VgfCompileSpec("TOSA-1.0+FP"))',
     runtime_backend="VgfBackend",
     cpu_class=False,
+    wheel_runtime=True,
     packages=("tosa-tools", "ml-dtypes", "ai-ml-sdk-model-converter", "ai-ml-emulation-layer-for-vulkan"),
 )
