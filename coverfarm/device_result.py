@@ -46,6 +46,9 @@ class ExecutorchInfo(BaseModel):
     version: str | None = None
     registered_backends: list[str] = Field(default_factory=list)
     error: str | None = None  # why the runtime could not be asked (not installed, failed to load)
+    # Registered delegates of coverfarm's backends that the runtime says are not available here, with
+    # what it logged when asked (VgfBackend without a Vulkan device offering Arm's ML extensions).
+    unavailable: dict[str, str] = Field(default_factory=dict)
 
 
 class NativeRuntimeInfo(BaseModel):

@@ -32,14 +32,14 @@ def baseline_queue(device_class: str) -> str:
 def device_queue(device_class: str, stack: str = DEFAULT_STACK) -> str:
     """The queue device runners of ``device_class`` consume (``device.cpu-x86_64-xnnpack``).
 
-    A CPU backend's class (XNNPACK's, OpenVINO's: ``BackendInfo.cpu_class``) runs its bundles on the
-    Python runtime of the executorch wheel installed beside the runner, so a cell of another stack than
+    A CPU backend's class (XNNPACK's, OpenVINO's: ``BackendInfo.cpu_class``) and VGF's
+    (``BackendInfo.wheel_runtime``) run their bundles on the Python runtime of the executorch wheel
+    installed beside the runner, so a cell of another stack than
     the default goes to runners of that stack (``device.cpu-x86_64-xnnpack@et-1.4.1``), as its lower job
     went to that stack's workers (``coverfarm.routes``). Other classes run a native runtime the host
     declares: their queue is one for every stack, and a run whose runtime is not the cell's release is
     flagged on the cell."""
-    known = backends.info(backend_of(device_class))
-    if stack != DEFAULT_STACK and known is not None and known.cpu_class:
+    if stack != DEFAULT_STACK and backends.runs_on_wheel(backend_of(device_class)):
         return f"{DEVICE_QUEUE_PREFIX}{device_class}@{stack}"
     return f"{DEVICE_QUEUE_PREFIX}{device_class}"
 

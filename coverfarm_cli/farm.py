@@ -126,7 +126,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "report", help="the tracker body per backend: Coverage, Notes, Built on, Known issues with repros"
     )
     report.add_argument("id", type=int)
-    report.add_argument("--backend", help="only this backend's body (e.g. vulkan)")
+    report.add_argument(
+        "--backend",
+        action="append",
+        help="only this backend's body, the body of its tracker issue (e.g. vgf); repeat it for several",
+    )
     report.set_defaults(func=run_report)
     report.add_argument("--stack", help="only this stack's bodies (a sweep of several stacks has one each)")
     diff = sweep.add_parser(

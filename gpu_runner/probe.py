@@ -7,8 +7,11 @@ classes a runner offers follow from both: ``cpu-<arch>-<backend>`` for each CPU 
 (``coverfarm.backends``: XNNPACK, OpenVINO) whose delegate either registers (``cpu-x86_64-xnnpack`` when
 either has XnnpackBackend), and
 ``<gpu>-vulkan`` for each Vulkan GPU only when either has VulkanBackend: a GPU no runtime can use is no
-device class. ``<gpu>`` is the model in the Vulkan device name (``h200-vulkan`` for "NVIDIA H200",
-``mali-g610-vulkan``, ``adreno-750-vulkan`` for "Adreno (TM) 750" or "Turnip Adreno (TM) 750").
+device class; ``<device>-vgf`` when the Python runtime's VgfBackend says it is available on the first
+Vulkan device, ``emulated-<device>-vgf`` when that device has Arm's ML extensions only through the ML
+SDK's emulation layers (``vgf_classes``). ``<gpu>`` is the model in the Vulkan device name
+(``h200-vulkan`` for "NVIDIA H200", ``mali-g610-vulkan``, ``adreno-750-vulkan`` for "Adreno (TM) 750"
+or "Turnip Adreno (TM) 750").
 Software Vulkan devices (Mesa's llvmpipe/lavapipe, SwiftShader: device type CPU) are never GPU classes;
 ``not_offered`` says so. When a board whose SoC has a known GPU (``SOC_GPUS``, from the device tree's
 ``compatible``) shows no Vulkan GPU, ``not_offered`` names the driver it needs. Apart from the classes,
@@ -22,6 +25,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 from coverfarm import backends
@@ -183,7 +187,9 @@ def executorch_info(ask: bool = True) -> ExecutorchInfo:
     if not ask:
         return ExecutorchInfo(version=version, error=NOT_ASKED)
     try:
-        return ExecutorchInfo(version=version, registered_backends=runtime.registered_backends())
+        registered = runtime.registered_backends()
+        unavailable = runtime.unavailable_backends(list(runtime.RUNTIME_BACKEND.values()))
+        return ExecutorchInfo(version=version, registered_backends=registered, unavailable=unavailable)
     except runtime.RuntimeFailure as error:
         return ExecutorchInfo(version=version, error=str(error))
 
@@ -219,6 +225,41 @@ def cpu_class(board: Board, declared: str | None = None) -> tuple[str | None, st
         return None, f"{CPU_CLASS_ENV_VAR}={declared!r} is refused: {error}"
 
 
+# The ML SDK's emulation layers (ai-ml-emulation-layer-for-vulkan): VK_ARM_tensors and VK_ARM_data_graph
+# over another Vulkan driver.
+EMULATION_LAYERS = ("VK_LAYER_ML_Graph_Emulation", "VK_LAYER_ML_Tensor_Emulation")
+_LAYER_ENV_VARS = ("VK_INSTANCE_LAYERS", "VK_LOADER_LAYERS_ENABLE")
+
+
+def emulation_layers(environ: Mapping[str, str]) -> list[str]:
+    """The ML SDK's emulation layers this environment enables for every Vulkan application."""
+    enabled = " ".join(environ.get(name, "") for name in _LAYER_ENV_VARS)
+    return [layer for layer in EMULATION_LAYERS if layer in enabled]
+
+
+def vgf_classes(
+    devices: list[VulkanDevice], info: ExecutorchInfo, where: str, emulated: bool
+) -> tuple[list[str], str | None]:
+    """The VGF class of this host, or why it has none.
+
+    VgfBackend runs on the first Vulkan device when the runtime says it is available (its device has
+    ``VK_ARM_tensors`` and ``VK_ARM_data_graph``). Through the emulation layers that device is whatever
+    driver is beneath them, so the class says so: ``emulated-<device>-vgf`` (``emulated-llvmpipe-vgf``
+    over Mesa's lavapipe), never the name of a GPU that has the extensions itself (``mali-g610-vgf``).
+    """
+    needed = backends.registry()["vgf"].runtime_backend
+    if needed not in info.registered_backends:
+        return [], f"{needed} is not registered in the {where}"
+    if needed in info.unavailable:
+        layers = "with" if emulated else "without"
+        said = info.unavailable[needed]
+        return [], f"{needed} is not available ({layers} the ML SDK's emulation layers): {said}"
+    if not devices:
+        return [], f"{needed} is available but vulkaninfo shows no Vulkan device"
+    slug = gpu_slug(devices[0].name)
+    return [f"emulated-{slug}-vgf" if emulated else f"{slug}-vgf"], None
+
+
 def device_classes(
     board: Board,
     devices: list[VulkanDevice],
@@ -226,7 +267,9 @@ def device_classes(
     info: ExecutorchInfo,
     native: NativeRuntimeInfo | None = None,
     declared_cpu_class: str | None = None,
+    emulated: bool = False,
 ) -> tuple[list[str], dict[str, str]]:
+    """``emulated``: the ML SDK's emulation layers are enabled (``emulation_layers``)."""
     classes: list[str] = []
     not_offered: dict[str, str] = {}
     registered = set(info.registered_backends)
@@ -253,6 +296,11 @@ def device_classes(
             classes.append(name)
         else:
             not_offered["xnnpack"] = refused or ""
+    if info.error is None and "vgf" in backends.registry():
+        vgf, refused = vgf_classes(devices, info, where, emulated)
+        classes.extend(vgf)
+        if refused is not None:
+            not_offered["vgf"] = refused
     gpus = [d for d in devices if not d.software]
     for device in devices:
         if device.software:
@@ -303,7 +351,8 @@ def probe(*, python_runtime: bool = True, executor_runner: Path | None = None) -
     info = executorch_info(ask=python_runtime)
     native = native_binary.describe_binary(native_binary.configured_path(executor_runner))
     declared = os.environ.get(CPU_CLASS_ENV_VAR)
-    classes, not_offered = device_classes(host, devices, vulkan_status, info, native, declared)
+    emulated = bool(emulation_layers(os.environ))
+    classes, not_offered = device_classes(host, devices, vulkan_status, info, native, declared, emulated)
     return ProbeReport(
         board=host,
         vulkan_devices=devices,

@@ -15,13 +15,17 @@ Python runtime (``PythonRuntime``) and a native ``executor_runner`` binary
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
+import io
+import os
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol, cast
+from typing import Any, Literal, Protocol, TextIO, cast
 
 import numpy as np
 
@@ -34,6 +38,9 @@ from farmrun.stats import Timed, timed_loop
 RUNTIME_BACKEND = backends.runtime_backends()
 
 _LIBTORCH = re.compile(r"/(libtorch[^/]*|libc10[^/]*)\.so[^/]*$")
+# A line the runtime logs (ExecuTorch's ET_LOG on stderr): "[VGFSetup.cpp:1497] Failed to create VGF …".
+_LOG_LINE = re.compile(r"^\[[\w.+-]+:\d+\] \S")
+SAID_LINES = 3  # the runtime's last log lines kept with a failure: where it gave up, and why
 
 
 class RuntimeFailure(Exception):
@@ -65,6 +72,64 @@ def _runtime() -> Any:
 
 def registered_backends() -> list[str]:
     return sorted(_runtime().backend_registry.registered_backend_names)
+
+
+class _Tee(io.TextIOBase):
+    """A text stream that keeps what is written and passes it on."""
+
+    def __init__(self, passed_on: TextIO) -> None:
+        self.kept = io.StringIO()
+        self.passed_on = passed_on
+
+    def write(self, text: str) -> int:
+        self.kept.write(text)
+        return self.passed_on.write(text)
+
+    def flush(self) -> None:
+        self.passed_on.flush()
+
+
+@contextlib.contextmanager
+def runtime_log() -> Iterator[list[str]]:
+    """The lines the runtime logs within the block: the wheel's pybindings write ExecuTorch's log through
+    Python's ``sys.stderr``, native code may write to file descriptor 2 itself; both are collected (and
+    passed on as they were), the log lines kept when the block ends."""
+    said: list[str] = []
+    sys.stderr.flush()
+    tee = _Tee(sys.stderr)
+    with tempfile.TemporaryFile() as sink, contextlib.redirect_stderr(tee):
+        saved = os.dup(2)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield said
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            native = sink.read()
+            os.write(2, native)
+            text = tee.kept.getvalue() + native.decode(errors="replace")
+            said.extend(line for line in text.splitlines() if _LOG_LINE.match(line))
+
+
+def runtime_said(said: Sequence[str]) -> str:
+    """The runtime's last log lines, as a failure's cause quotes them ("" when it logged none)."""
+    return f"; the runtime said: {' / '.join(said[-SAID_LINES:])}" if said else ""
+
+
+def unavailable_backends(names: Sequence[str]) -> dict[str, str]:
+    """Those of ``names`` registered in the runtime whose ``is_available`` is False, each with what the
+    runtime logged while it was asked (VgfBackend: "Vulkan driver does not support ARM tensor
+    extensions (VK_ARM_tensors)")."""
+    registry = _runtime().backend_registry
+    registered = set(registry.registered_backend_names)
+    found: dict[str, str] = {}
+    for name in (n for n in names if n in registered):
+        with runtime_log() as said:
+            available = registry.is_available(name)
+        if not available:
+            found[name] = " / ".join(said[-SAID_LINES:]) or "the runtime says it is not available"
+    return found
 
 
 def _tensor_io() -> tuple[Callable[[np.ndarray], Any], Callable[[Any], np.ndarray]]:
@@ -111,10 +176,11 @@ def load_program(name: str, pte: Path, backend: str | None) -> LoadedProgram:
     known = backends.info(backend or "")
     source: bytes | Path = pte.read_bytes() if known and known.load_from_bytes else pte
     try:
-        program = runtime.load_program(source)
-        method = program.load_method("forward")
+        with runtime_log() as said:
+            program = runtime.load_program(source)
+            method = program.load_method("forward")
     except Exception as error:
-        cause = f"program {name} failed to load: {error}{_why(runtime, backend)}"
+        cause = f"program {name} failed to load: {error}{_why(runtime, backend)}{runtime_said(said)}"
         failure = DeviceFailure(kind="refused_at_load", cause=cause, program=name, message=str(error))
         raise RuntimeFailure(cause, failure) from None
     return LoadedProgram(name, method, keep=(program, source))

@@ -28,6 +28,9 @@ class BackendInfo:
     # whose runtime registers ``runtime_backend`` offers the class ``cpu-<arch>-<name>``, and a cell of
     # another stack runs on runners of that stack. False: a GPU backend (classes named by the probe).
     cpu_class: bool
+    # True: not a CPU backend, but its bundles also run on the Python runtime of the executorch wheel beside
+    # the runner (VGF's), so a cell of another stack runs on runners of that stack, as a CPU class's does.
+    wheel_runtime: bool = False
     # Distributions besides executorch that carry the backend, recorded in every result's versions.
     packages: tuple[str, ...] = ()
     # A partitioner option the cell's ``force_fp16`` maps to; False: the backend has none.
@@ -69,6 +72,13 @@ def title(name: str) -> str:
 def runtime_backends() -> dict[str, str]:
     """Each backend's delegate name in ExecuTorch's runtime registry."""
     return {name: b.runtime_backend for name, b in registry().items()}
+
+
+def runs_on_wheel(name: str) -> bool:
+    """Whether the backend's bundles run on the Python runtime of the wheel beside the runner (every CPU
+    backend's, and those that say so): the runtime is then the stack's own."""
+    found = registry().get(name)
+    return found is not None and (found.cpu_class or found.wheel_runtime)
 
 
 def takes_force_fp16(name: str) -> bool:

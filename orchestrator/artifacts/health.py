@@ -6,7 +6,8 @@ under ``health/<backend>/``, and are put into the artifact store under their sha
 runner asks. XNNPACK and Vulkan have one each (the same two-linear program, the Vulkan one lowered with
 the wheel's ``VulkanPartitioner``); a class whose backend has none leaves its runner quarantined with
 that reason. OpenVINO has none: its CPU plugin computes in bf16 where the CPU has it, and the health
-bundle then misses fp32's tolerance (docs/design.md, "Adding a backend").
+bundle then misses fp32's tolerance (docs/design.md, "Adding a backend"). VGF has none: executorch
+1.5.1's runtime refuses the VGF blobs the installed model converter writes (docs/design.md, "Arm VGF").
 """
 
 from __future__ import annotations

@@ -36,11 +36,17 @@ StackB = Annotated[Name | None, Query(description="sweep b's stack (alone: the s
 def sweep_report(
     sweep_id: Id,
     session: SessionDep,
-    backend: Annotated[Name | None, Query(description="only this backend's tracker body")] = None,
+    backend: Annotated[
+        list[Name] | None,
+        Query(
+            description="only these backends' tracker bodies, in this order (repeat it: "
+            "backend=vulkan&backend=vgf); each must be one of the sweep's"
+        ),
+    ] = None,
     stack: Annotated[Name | None, Query(description="only this stack's tracker bodies")] = None,
 ) -> PlainTextResponse:
-    """The tracker body of each backend: Coverage with legend, Notes, Built on, Known issues, repros;
-    of each backend and stack when the sweep has several stacks."""
+    """The tracker body of each backend, the body of that backend's tracker issue: Coverage with legend,
+    Notes, Built on, Known issues, repros; of each backend and stack when the sweep has several stacks."""
     markdown = service.report(session, sweeps.get(session, sweep_id), backend, stack)
     return PlainTextResponse(markdown, media_type="text/markdown; charset=utf-8")
 

@@ -9,6 +9,8 @@ device)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sqlalchemy.orm import Session
 
 from coverfarm.result import Options
@@ -59,14 +61,15 @@ Part = tuple[str, str | None]  # (backend, stack): one body of the report; stack
 
 def report_markdown(
     sweep: Sweep,
-    backend: str | None = None,
+    names: Sequence[str] | None = None,
     views: Views | None = None,
     runtimes: dict[Part, list[str]] | None = None,
     issues: dict[Part, list[RuntimeIssue]] | None = None,
     stack: str | None = None,
     profiles: dict[Part, list[CellProfile]] | None = None,
 ) -> str:
-    """The whole tracker body of each backend of the sweep (or of ``backend`` alone). A sweep of several
+    """The whole tracker body of each backend of the sweep (or of each of ``names``, in that order:
+    the body of each backend's tracker issue, however many the sweep has). A sweep of several
     stacks gets one body per backend and stack (or of ``stack`` alone), each with its own Built on.
     ``views``: the cells' views with their device columns (without: none); ``runtimes``, ``issues`` and
     ``profiles`` per body, from the device side when it has results."""
@@ -83,7 +86,7 @@ def report_markdown(
     if len(stacks) > 1:
         lines.append(f"Stacks: {', '.join(stacks)}; one body per backend and stack.")
     views = plain_views(sweep) if views is None else views
-    for name, part in report_parts(sweep, backend, stack):
+    for name, part in report_parts(sweep, names, stack):
         key = (name, part)
         body = backend_body(
             sweep,
@@ -99,13 +102,14 @@ def report_markdown(
     return "\n".join(lines)
 
 
-def report_parts(sweep: Sweep, backend: str | None = None, stack: str | None = None) -> list[Part]:
-    """The report's bodies: per backend, and per stack when the sweep has more than one (or one is asked)."""
-    backends = [backend] if backend is not None else list(dict.fromkeys(cell.backend for cell in sweep.cells))
+def report_parts(sweep: Sweep, names: Sequence[str] | None = None, stack: str | None = None) -> list[Part]:
+    """The report's bodies: per backend (each of ``names``, else every backend of the sweep), and per
+    stack when the sweep has more than one (or one is asked)."""
+    wanted = list(dict.fromkeys(names or (cell.backend for cell in sweep.cells)))
     stacks = [stack] if stack is not None else sweep_stacks(sweep)
     if stack is None and len(stacks) == 1:
-        return [(name, None) for name in backends]
-    return [(name, part) for name in backends for part in stacks]
+        return [(name, None) for name in wanted]
+    return [(name, part) for name in wanted for part in stacks]
 
 
 def _fp16_note(sweep: Sweep) -> str | None:
@@ -157,14 +161,18 @@ def check_stack_of(sweep_id: int, known: list[str], stack: str | None, loc: str 
         )
 
 
-def report(session: Session, sweep: Sweep, backend: str | None = None, stack: str | None = None) -> str:
-    check_backend(sweep, backend)
+def report(
+    session: Session, sweep: Sweep, names: Sequence[str] | None = None, stack: str | None = None
+) -> str:
+    """The tracker bodies of ``names`` (each must be one of the sweep's; none: every one of them)."""
+    for backend in names or ():
+        check_backend(sweep, backend)
     check_stack(sweep, stack)
-    parts = report_parts(sweep, backend, stack)
+    parts = report_parts(sweep, names, stack)
     runtimes = {part: device_runtimes(session, sweep, *part) for part in parts}
     issues = {part: runtime_issues(session, sweep, *part) for part in parts}
     profiles = {part: sweep_profiles(session, sweep, *part) for part in parts}
-    return report_markdown(sweep, backend, sweep_views(session, sweep), runtimes, issues, stack, profiles)
+    return report_markdown(sweep, names, sweep_views(session, sweep), runtimes, issues, stack, profiles)
 
 
 def blockers(sweep: Sweep, backend: str | None = None, stack: str | None = None) -> BlockersReport:

@@ -24,7 +24,7 @@ def coverfarm(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         ),
         (
             ["--policy", "act", "--backend", "metal"],
-            "unknown backend 'metal'; known: openvino, vulkan, xnnpack",
+            "unknown backend 'metal'; known: openvino, vgf, vulkan, xnnpack",
         ),
         (["--policy", "act", "--backend", "vulkan", "--timeout", "0"], "--timeout must be a positive number"),
         (

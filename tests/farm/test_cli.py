@@ -58,6 +58,11 @@ def test_submit_wait_status_report(
     assert capsys.readouterr().out.strip() == report.strip()
     assert main(["sweep", "report", str(sweep_id), "--url", server, "--backend", "vulkan"]) == 0
     assert "### Known issues" in capsys.readouterr().out
+    # Each backend's tracker issue body; several in the order asked.
+    asked_two = ["--backend", "xnnpack", "--backend", "vulkan"]
+    assert main(["sweep", "report", str(sweep_id), "--url", server, *asked_two]) == 0
+    headings = [line for line in capsys.readouterr().out.splitlines() if line.startswith("## ")]
+    assert [line.split(":")[0] for line in headings] == ["## XNNPACK", "## Vulkan"]
     assert main(["sweep", "report", str(sweep_id), "--url", server, "--backend", "metal"]) == 2
     assert f"backend: sweep {sweep_id} has no backend 'metal'" in capsys.readouterr().err
     assert main(["sweep", "diff", str(sweep_id), str(sweep_id), "--url", server]) == 0

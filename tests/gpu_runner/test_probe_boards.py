@@ -28,7 +28,14 @@ from boards import (
 
 from coverfarm.device_result import Board, ExecutorchInfo, ProbeReport, VulkanDevice
 from farmrun.board import board
-from gpu_runner.probe import describe, device_classes, probe, vulkan_devices
+from gpu_runner.probe import (
+    EMULATION_LAYERS,
+    describe,
+    device_classes,
+    emulation_layers,
+    probe,
+    vulkan_devices,
+)
 
 VULKAN_RUNTIME = ExecutorchInfo(version="1.5.1", registered_backends=["VulkanBackend", "XnnpackBackend"])
 NEEDS_MALI_DRIVER = (
@@ -126,7 +133,10 @@ def test_the_probe_derives_class_driver_and_limits(
     }  # fmt: skip
     assert classes == [f"cpu-{host.arch}-xnnpack", device_class]
     # A runtime without OpenVINO's delegate offers no OpenVINO class and says why, in its own terms.
-    assert not_offered == {"openvino": "OpenvinoBackend is not registered in the ExecuTorch runtime 1.5.1"}
+    assert not_offered == {
+        "openvino": "OpenvinoBackend is not registered in the ExecuTorch runtime 1.5.1",
+        "vgf": "VgfBackend is not registered in the ExecuTorch runtime 1.5.1",
+    }
     report = ProbeReport(
         board=host, vulkan_devices=devices, vulkan_status=status, executorch=VULKAN_RUNTIME,
         device_classes=classes, not_offered=not_offered,
@@ -179,7 +189,8 @@ def test_a_software_device_beside_a_gpu_leaves_the_gpu_class() -> None:
     cpu = VulkanDevice(index=1, name="llvmpipe (LLVM 15.0.6, 256 bits)", vendor="Mesa", software=True)
     classes, not_offered = device_classes(Board(cores=16, arch="x86_64"), [gpu, cpu], "ok", VULKAN_RUNTIME)
     assert classes == ["cpu-x86_64-xnnpack", "h200-vulkan"]
-    assert list(not_offered) == ["openvino", "llvmpipe-vulkan"]  # VULKAN_RUNTIME has no OpenvinoBackend
+    # VULKAN_RUNTIME has neither OpenvinoBackend nor VgfBackend
+    assert list(not_offered) == ["openvino", "vgf", "llvmpipe-vulkan"]
 
 
 def test_a_mali_board_without_vulkaninfo_also_names_its_driver(
@@ -219,3 +230,44 @@ def test_the_probe_reads_the_declared_cpu_class(monkeypatch: pytest.MonkeyPatch)
     assert "h200-host-xnnpack" in probe(python_runtime=False).device_classes
     monkeypatch.delenv("COVERFARM_CPU_CLASS")
     assert f"cpu-{platform.machine()}-xnnpack" in probe(python_runtime=False).device_classes
+
+
+WHEEL_RUNTIME = ExecutorchInfo(
+    version="1.5.1", registered_backends=["OpenvinoBackend", "QnnBackend", "VgfBackend", "XnnpackBackend"]
+)
+LAVAPIPE = VulkanDevice(index=0, name="llvmpipe (LLVM 15.0.6, 256 bits)", vendor="Mesa", software=True)
+NO_TENSORS = (
+    "[VGFBackend.cpp:898] Vulkan driver does not support ARM tensor extensions (VK_ARM_tensors) / "
+    "[VGFBackend.cpp:429] Failed to initialize the Vulkan device error 0xFFFFFFF8"
+)
+
+
+def test_a_vgf_class_through_the_emulation_layers_is_named_emulated() -> None:
+    """The wheel's runtime says VgfBackend is available over lavapipe through the ML SDK's layers: the
+    class names the device beneath them as emulated, and lavapipe is still no Vulkan class."""
+    host = Board(cores=2, arch="x86_64")
+    classes, not_offered = device_classes(host, [LAVAPIPE], "ok", WHEEL_RUNTIME, emulated=True)
+    assert classes == ["cpu-x86_64-openvino", "cpu-x86_64-xnnpack", "emulated-llvmpipe-vgf"]
+    assert "vgf" not in not_offered and "is a software Vulkan device" in not_offered["llvmpipe-vulkan"]
+    mali = VulkanDevice(index=0, name="Mali-G610 MC4", vendor="ARM", device_type="INTEGRATED_GPU")
+    emulated, _ = device_classes(host, [mali], "ok", WHEEL_RUNTIME, emulated=True)
+    native, _ = device_classes(host, [mali], "ok", WHEEL_RUNTIME, emulated=False)
+    assert (emulated[-1], native[-1]) == ("emulated-mali-g610-vgf", "mali-g610-vgf")
+
+
+def test_a_vgf_backend_the_runtime_calls_unavailable_offers_no_class_in_its_words() -> None:
+    runtime = WHEEL_RUNTIME.model_copy(update={"unavailable": {"VgfBackend": NO_TENSORS}})
+    classes, not_offered = device_classes(Board(cores=2, arch="x86_64"), [LAVAPIPE], "ok", runtime)
+    assert not any(name.endswith("-vgf") for name in classes)
+    assert not_offered["vgf"] == (
+        f"VgfBackend is not available (without the ML SDK's emulation layers): {NO_TENSORS}"
+    )
+
+
+def test_the_emulation_layers_are_read_from_the_loaders_variables() -> None:
+    both = "VK_LAYER_ML_Graph_Emulation:VK_LAYER_ML_Tensor_Emulation"
+    assert emulation_layers({"VK_INSTANCE_LAYERS": both}) == list(EMULATION_LAYERS)
+    assert emulation_layers({"VK_LOADER_LAYERS_ENABLE": "VK_LAYER_ML_Tensor_Emulation"}) == [
+        "VK_LAYER_ML_Tensor_Emulation"
+    ]
+    assert emulation_layers({"VK_INSTANCE_LAYERS": "VK_LAYER_KHRONOS_validation"}) == []

@@ -175,3 +175,48 @@ def test_openvino_repros_show_its_own_reasons(tmp_path_factory: pytest.TempPathF
     assert atan.repro.reproduced and atan.repro.reason_seen == atan.reason
     # OpenVINO partitions through the capability check: the what-if is replayed as for Vulkan.
     assert atan.programs_if_supported == 1
+
+
+class LinearArgmax(torch.nn.Module):
+    """A linear, then argmax (TOSA's ARGMAX gives int32 where aten's gives int64: VGF refuses it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.argmax(self.linear(x), dim=-1)
+
+
+class IntegerIndex(torch.nn.Module):
+    """Rows picked by an index computed at run time (int64): VGF's check names the index's node."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[torch.argsort(x[:, 0])]
+
+
+def test_vgf_repros_show_its_own_reasons(tmp_path_factory: pytest.TempPathFactory) -> None:
+    programs = {
+        "argmax": (LinearArgmax(), (torch.randn(4, 8),), 1),
+        "index": (IntegerIndex(), (torch.randn(4, 8),), 1),
+    }
+    doc = lower_tiny(tmp_path_factory, "vgf", programs)
+    assert doc.partition.status is StageStatus.OK, doc.partition.error
+    assert doc.export.status is StageStatus.OK, doc.export.error
+    groups = {b.op: b for b in doc.blockers}
+    argmax, index = groups["aten.argmax.default"], groups["aten.index.Tensor"]
+    # The check names the index's node (aten_argsort_default here, x1 in the repro): both read as its
+    # position, so the repro shows the group's reason.
+    assert index.reason == "Non-constant int64 input <input 1>"
+    assert index.repro is not None and index.repro.reproduced, index.repro
+    # What the TOSA support check told the partitioner's WhyNoPartitionReporter.
+    assert (argmax.op, argmax.reason) == (
+        "aten.argmax.default",
+        "TOSA ARGMAX produces int32 but aten.argmax returns int64.",
+    )
+    assert argmax.repro is not None and argmax.repro.error is None, argmax.repro
+    assert 'VgfPartitioner(VgfCompileSpec("TOSA-1.0+FP"))' in argmax.repro.text
+    assert argmax.repro.reproduced and argmax.repro.reason_seen == argmax.reason
+    # VGF partitions through the capability check: the what-if is replayed as for Vulkan (the argmax
+    # would join its linear's program: no program fewer, none more).
+    assert doc.programs.count is not None and argmax.programs_if_supported == doc.programs.count

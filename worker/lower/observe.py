@@ -9,6 +9,7 @@ and the partitioner's tags when it returns. Each is logged as an event the momen
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import defaultdict
 from collections.abc import Mapping
@@ -103,11 +104,18 @@ class Observer:
             seconds=time.monotonic() - start,
         )
 
-    def after_partition(self, result: PartitionResult) -> None:
+    def after_partition(
+        self, result: PartitionResult, said: Mapping[torch.fx.Node, str] | None = None
+    ) -> None:
+        """``said``: what the partitioner said of nodes while partitioning (``Backend.partition_reports``),
+        the reason of a node its support check accepted but no partition kept."""
         graph = result.tagged_exported_program.graph
         tagged = {node for node in graph.nodes if "delegation_tag" in node.meta}
+        said = said or {}
         left = {
-            node: (self.reasons.get(node) or LEFT_OUT) for node in counted_nodes(graph) if node not in tagged
+            node: (self.reasons.get(node) or said.get(node) or LEFT_OUT)
+            for node in counted_nodes(graph)
+            if node not in tagged
         }
         on_backend = [node for node in counted_nodes(graph) if node in tagged]
         self.log.emit(
@@ -176,6 +184,8 @@ class ObservingPartitioner(Partitioner):
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
         self.observer.before_partition(exported_program)
-        result = self.inner.partition(exported_program)
-        self.observer.after_partition(result)
+        reports = self.observer.backend.partition_reports
+        with reports() if reports is not None else contextlib.nullcontext({}) as said:
+            result = self.inner.partition(exported_program)
+        self.observer.after_partition(result, said)
         return result

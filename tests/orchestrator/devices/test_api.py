@@ -325,3 +325,6 @@ def test_an_xnnpack_cells_device_run_goes_to_runners_of_its_stack(
         ("vulkan", old, "device.h200-vulkan"),
     }
     assert device_queue(CLASS) == device_queue(CLASS, DEFAULT_STACK) == f"device.{CLASS}"
+    # VGF's classes run on the wheel's runtime too (an emulated one included), so they follow the stack.
+    assert device_queue("emulated-llvmpipe-vgf", old) == f"device.emulated-llvmpipe-vgf@{old}"
+    assert device_queue("h200-vulkan", old) == "device.h200-vulkan"

@@ -10,7 +10,8 @@ import: its partitioner and the executorch modules it needs are imported when it
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,7 @@ from coverfarm import backends
 from coverfarm.errors import UserError
 
 if TYPE_CHECKING:
+    import torch
     from executorch.exir.backend.partitioner import Partitioner
     from torch.export import ExportedProgram
 
@@ -49,6 +51,9 @@ class Backend:
     # The executorch modules a repro imports (imported once by the repro child, before the first one).
     partitioner_modules: tuple[str, ...] = ()
     reasons: Callable[[Partitioner, ExportedProgram], Reasons] | None = None
+    # A partitioner that drops nodes after its support check accepted them (VGF's drops partitions of
+    # no-op ops) and says why: within the block, what it said per node, read for those left out.
+    partition_reports: Callable[[], AbstractContextManager[Mapping[torch.fx.Node, str]]] | None = None
     # Fast lowering's levers beyond the exact partitioner (worker.lower.fast.switch) were written
     # against this backend's lowering.
     fast_levers: bool = False
