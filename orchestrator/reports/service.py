@@ -17,9 +17,16 @@ from coverfarm.tracker import PENDING, backend_title, columns, markdown_table
 from orchestrator.errors import Invalid
 from orchestrator.models import Cell, Sweep
 from orchestrator.reports.blockers import NO_REPRO, READY, blocker_groups, blockers_report, reason_what_ifs
-from orchestrator.reports.devices import RuntimeIssue, device_intervals, device_runtimes, runtime_issues
+from orchestrator.reports.devices import (
+    DEPARTS,
+    RuntimeIssue,
+    device_intervals,
+    device_runtimes,
+    runtime_issues,
+)
 from orchestrator.reports.diff import diff_markdown, diff_sweeps
 from orchestrator.reports.documents import sweep_documents
+from orchestrator.reports.numerics import CellNumerics, numerics_section, sweep_numerics
 from orchestrator.reports.profiles import CellProfile, profile_section, sweep_profiles
 from orchestrator.reports.schemas import BlockerGroup, BlockersReport, ReasonWhatIf, SweepDiff
 from orchestrator.sweeps.cell_views import plain_views, sweep_stacks, sweep_views
@@ -286,18 +293,23 @@ def _runtime_issues(issues: list[RuntimeIssue]) -> list[str]:
         "#### On the device",
         "",
         "Programs the partitioner delegated that a device runtime refused to load or crashed on, grouped "
-        "by the runtime's own check. The repro is the op alone, lowered the same way "
-        "(`python -m worker.repros.runtime OUT` writes its bundle for `coverfarm runner run-bundle`).",
+        "by the runtime's own check, and the ops whose output a numerics run found to depart from eager "
+        "first. The repro is the op alone, lowered the same way "
+        "(`python -m worker.repros.runtime OUT` writes its bundle for `coverfarm runner run-bundle`; "
+        "`python -m worker.repros.numerics` that of a numerics run's op).",
         "",
     ]
     rows = []
     for issue in issues:
-        what = RUNTIME_FAILURES[issue.kind]
         op = f"`{issue.op}`" if issue.op else "-"
+        if issue.kind == DEPARTS:
+            said = f"output departs from eager first at `{issue.where}` ({issue.message})"
+        else:
+            said = f"{RUNTIME_FAILURES[issue.kind]}: `{issue.where}`"
         rows.append(
             [
                 op,
-                f"{what}: `{issue.where}`",
+                said,
                 ", ".join(issue.policies),
                 ", ".join(issue.device_classes),
                 issue.repro or "none yet",
@@ -315,6 +327,7 @@ def backend_body(
     issues: list[RuntimeIssue] | None = None,
     stack: str | None = None,
     profiles: list[CellProfile] | None = None,
+    numerics: list[CellNumerics] | None = None,
 ) -> list[str]:
     """One backend's tracker body; of one stack's cells when ``stack`` is given (its heading names it)."""
     cells = sorted(
@@ -331,6 +344,7 @@ def backend_body(
     lines += _known_issues(blocker_groups(docs), reason_what_ifs(docs), backend)
     lines += _runtime_issues(issues or [])
     lines += profile_section(profiles or [])
+    lines += numerics_section(numerics or [])
     return lines
 
 
@@ -345,11 +359,12 @@ def report_markdown(
     issues: dict[Part, list[RuntimeIssue]] | None = None,
     stack: str | None = None,
     profiles: dict[Part, list[CellProfile]] | None = None,
+    numerics: dict[Part, list[CellNumerics]] | None = None,
 ) -> str:
     """The whole tracker body of each backend of the sweep (or of ``backend`` alone). A sweep of several
     stacks gets one body per backend and stack (or of ``stack`` alone), each with its own Built on.
-    ``views``: the cells' views with their device columns (without: none); ``runtimes``, ``issues`` and
-    ``profiles`` per body, from the device side when it has results."""
+    ``views``: the cells' views with their device columns (without: none); ``runtimes``, ``issues``,
+    ``profiles`` and ``numerics`` per body, from the device side when it has results."""
     seed = Options.model_validate(sweep.cells[0].options).seed if sweep.cells else Options().seed
     lines = [
         f"# Sweep {sweep.id}",
@@ -373,6 +388,7 @@ def report_markdown(
             (issues or {}).get(key),
             part,
             (profiles or {}).get(key),
+            (numerics or {}).get(key),
         )
         lines += ["", *body]
     lines.append("")
@@ -444,7 +460,9 @@ def report(session: Session, sweep: Sweep, backend: str | None = None, stack: st
     runtimes = {part: device_runtimes(session, sweep, *part) for part in parts}
     issues = {part: runtime_issues(session, sweep, *part) for part in parts}
     profiles = {part: sweep_profiles(session, sweep, *part) for part in parts}
-    return report_markdown(sweep, backend, sweep_views(session, sweep), runtimes, issues, stack, profiles)
+    numerics = {part: sweep_numerics(session, sweep, *part) for part in parts}
+    views = sweep_views(session, sweep)
+    return report_markdown(sweep, backend, views, runtimes, issues, stack, profiles, numerics)
 
 
 def blockers(sweep: Sweep, backend: str | None = None, stack: str | None = None) -> BlockersReport:
