@@ -78,6 +78,9 @@ class NumericsSummary(BaseModel):
     ops: list[NumericsOp]  # programs in the plan's order, each in graph order (debug handles)
     first: NumericsOp | None  # the first that departs; None: none does
     largest: NumericsOp | None  # the largest error
+    # outputs the runtime logged that the Inspector paired with an eager output of another shape: not
+    # judged (a delegate call's logged tensors that are none of its graph's outputs, say)
+    uncompared: int = 0
     grain: str  # what the runtime logged, in words
     reference_graph: str  # the ETRecord's graph eager ran: ATen ``exported_program`` or the edge one
     inspector_version: str | None = None

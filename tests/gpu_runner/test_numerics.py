@@ -232,3 +232,16 @@ def test_the_named_op_s_one_op_repro_is_a_bundle_the_runner_runs(
         OneOp(
             {"op": "aten.mul.Tensor", "args": [{"kind": "expr", "value": "__import__('os')"}], "kwargs": {}}
         )
+
+
+def test_a_native_runtime_with_the_debug_buffer_flags_names_the_same_op(
+    bundles: dict[tuple[str, bool], Path], tmp_path: Path
+) -> None:
+    """The native path: one process per program with --etdump_path, --dump_intermediate_outputs,
+    --debug_buffer_size and --debug_output_path (the stand-in executor_runner, through the wheel)."""
+    binary = write_standin(tmp_path / "intermediate", intermediate_outputs=True)
+    bundle = bundles["portable", True]
+    run = capture_bundle(bundle, str(binary), "wrong_output", 120)
+    assert run.status == "ok" and not run.stand_in and str(binary) in run.runtime, run.error
+    first = compare(run, bundle).first
+    assert first is not None and (first.op, first.node) == ("aten.mul.Tensor", "mul")

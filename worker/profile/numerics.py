@@ -57,22 +57,28 @@ def _tensors(value: Any) -> list[Any]:
     return []
 
 
-def _pairs(eager: Any, runtime: Any) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(runtime, eager) arrays to compare: in order where both log as many tensors; else each eager
-    tensor with the last runtime tensor of its shape (a delegate call logs its inputs' shapes too)."""
-    want, have = _tensors(eager), _tensors(runtime)
-    as_np = (
-        [t.detach().to("cpu").double().numpy() for t in want],
-        [t.detach().to("cpu").double().numpy() for t in have],
-    )
-    ours, theirs = as_np
-    if len(ours) == len(theirs) and all(a.shape == b.shape for a, b in zip(ours, theirs, strict=True)):
-        return list(zip(theirs, ours, strict=True))
+def _array(tensor: Any) -> np.ndarray:
+    return np.asarray(tensor.detach().to("cpu").double().numpy())
+
+
+def _error(actual: np.ndarray, expected: np.ndarray) -> float:
+    if actual.size == 0:
+        return 0.0
+    diff = np.abs(actual - expected)
+    return float(np.max(np.where(np.isnan(diff), np.inf, diff)))
+
+
+def _pairs(eager: Any, runtime: list[Any]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(runtime, eager) arrays to compare: each eager tensor with the runtime tensor of its shape that is
+    closest to it. Eager gives a span one output, its last node's; a delegate call with several outputs
+    comes as several rows of one span (``calculate_numeric_gap`` pairs each with that same eager output),
+    and only one of them is that node's: the closest. Another output's error shows at the ops reading it."""
+    theirs = [_array(t) for value in runtime for t in _tensors(value)]
     pairs = []
-    for expected in ours:
+    for expected in (_array(t) for t in _tensors(eager)):
         same = [actual for actual in theirs if actual.shape == expected.shape]
         if same:
-            pairs.append((same[-1], expected))
+            pairs.append((min(same, key=lambda actual: _error(actual, expected)), expected))
     return pairs
 
 
@@ -82,9 +88,7 @@ def judge(pairs: list[tuple[np.ndarray, np.ndarray]], atol: float, rtol: float) 
     for actual, expected in pairs:
         if actual.size == 0:
             continue
-        diff = np.abs(actual - expected)
-        worst = float(np.max(np.where(np.isnan(diff), np.inf, diff)))
-        error = max(error, worst)
+        error = max(error, _error(actual, expected))
         reference = max(reference, float(np.max(np.abs(np.nan_to_num(expected)))))
         departs = departs or not bool(np.allclose(actual, expected, rtol=rtol, atol=atol))
     return error, atol + rtol * reference, departs
@@ -119,12 +123,28 @@ def _read(
         inspector = Inspector(etdump_path=str(etdump), etrecord=record, debug_buffer_path=str(debug))
         for name in REFERENCE_GRAPHS:
             try:
-                rows = inspector.calculate_numeric_gap("L1", reference_graph=name)
+                rows = inspector.calculate_numeric_gap(_comparator(), reference_graph=name)
             except ValueError:
                 continue  # debug handles do not map back to the ATen graph: the edge graph is eager
             ep = record.exported_program if name == REFERENCE_GRAPHS[0] else record.edge_dialect_program
             return rows, ep, name
     raise BundleError(f"the ETRecord of {dump.program} gives eager no graph to run")
+
+
+def _comparator() -> Any:
+    """The Inspector's gap as the max abs difference, NaN where the two outputs' shapes differ (its
+    own comparators raise there, which would stop the whole comparison at one odd pair): the figures
+    this module keeps are its own (``judge``), from the pairs ``_pairs`` makes."""
+    from executorch.devtools.inspector.numerical_comparator import NumericalComparatorBase
+
+    class MaxAbs(NumericalComparatorBase):
+        def element_compare(self, a: Any, b: Any) -> float:
+            try:
+                return float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
+            except (RuntimeError, AttributeError, TypeError):
+                return float("nan")
+
+    return MaxAbs()
 
 
 def _nodes(ep: Any) -> dict[str, Any]:
@@ -138,9 +158,9 @@ def compare_program(
     manifest: Manifest,
     folder: Path,
     captures: Path | None = None,
-) -> tuple[list[tuple[NumericsOp, list[str]]], Any, str]:
+) -> tuple[list[tuple[NumericsOp, list[str]]], Any, str, int]:
     """Every output the runtime logged for one program, in graph order, judged, with the names of the
-    nodes it stands for; the reference graph."""
+    nodes it stands for; the reference graph; how many logged outputs matched no eager output's shape."""
     from worker.lower.metrics.graph import op_name
 
     rows, ep, graph_name = _read(dump, etrecord, inputs, folder, captures)
@@ -148,10 +168,17 @@ def compare_program(
     backend = RUNTIME_BACKEND.get(manifest.backend or "", manifest.backend or "delegate")
     atol, rtol = manifest.tolerance.atol, manifest.tolerance.rtol
     found = []
-    for _, row in sorted(rows.iterrows(), key=lambda item: min(item[1]["aot_debug_handle"])):
+    skipped: list[str] = []
+    spans: dict[tuple[int, ...], list[Any]] = {}
+    for _, found_row in rows.iterrows():
+        spans.setdefault(tuple(found_row["aot_debug_handle"]), []).append(found_row)
+    for handles in sorted(spans, key=min):
+        row = spans[handles][0]
         names = [str(n) for n in row["aot_ops"]]
-        pairs = _pairs(row["aot_intermediate_output"], row["runtime_intermediate_output"])
+        runtime = [r["runtime_intermediate_output"] for r in spans[handles]]
+        pairs = _pairs(row["aot_intermediate_output"], runtime)
         if not names or not pairs:
+            skipped.append(names[-1] if names else "?")
             continue
         error, bound, departs = judge(pairs, atol, rtol)
         last = nodes.get(names[-1])
@@ -170,7 +197,7 @@ def compare_program(
             ),
             names,
         ))  # fmt: skip
-    return found, ep, graph_name
+    return found, ep, graph_name, len(skipped)
 
 
 def describe_span(ep: Any, names: list[str]) -> list[dict[str, Any]]:
@@ -195,6 +222,7 @@ def compare(
     import torch
 
     compared: list[tuple[NumericsOp, list[str]]] = []
+    uncompared = 0
     graphs: dict[str, Any] = {}
     names_used = set()
     with tempfile.TemporaryDirectory(prefix="coverfarm-numerics.") as work:
@@ -214,7 +242,10 @@ def compare(
                 torch.from_numpy(np.array(_take(testcase, f"{program}/in/{i}", "testcase.npz")))
                 for i in range(len(spec.inputs))
             ]
-            found, ep, graph_name = compare_program(dump, etrecord, inputs, manifest, Path(work), captures)
+            found, ep, graph_name, odd = compare_program(
+                dump, etrecord, inputs, manifest, Path(work), captures
+            )
+            uncompared += odd
             compared += found
             graphs[program] = ep
             names_used.add(graph_name)
@@ -232,6 +263,7 @@ def compare(
         ops=ops,
         first=first,
         largest=largest,
+        uncompared=uncompared,
         grain=WHEEL_GRAIN if run.stand_in else "as the runtime's event tracer logs them",
         reference_graph=" and ".join(sorted(names_used)) or REFERENCE_GRAPHS[0],
         inspector_version=_version(),
