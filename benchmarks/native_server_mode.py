@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from coverfarm.bundle_manifest import load_manifest
-from gpu_runner.bundle_plan import _frame_env, _npz, run_plan
+from coverfarm.bundle_manifest import load_manifest, read_npz
+from gpu_runner.bundle_plan import _frame_env, run_plan
 from gpu_runner.bundle_run import verify
 from gpu_runner.native.binary import configured_path
 from gpu_runner.native.runtime import NativeRuntime
@@ -39,8 +39,8 @@ def chunk_walls(bundle: Path, server_mode: bool, chunks: int) -> tuple[list[floa
             p.name: runtime.load_program(p, bundle / p.pte, manifest.backend) for p in manifest.programs
         }
         load_ms = (time.perf_counter() - start) * 1e3
-        env = _frame_env(manifest, _npz(bundle, "frames.npz"), _npz(bundle, "constants.npz"), 0)
-        references = _npz(bundle, "references.npz")
+        env = _frame_env(manifest, read_npz(bundle, "frames.npz"), read_npz(bundle, "constants.npz"), 0)
+        references = read_npz(bundle, "references.npz")
         walls, wrong = [], 0
         for _ in range(chunks):
             begin = time.perf_counter()

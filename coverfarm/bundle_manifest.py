@@ -10,10 +10,11 @@ a manifest naming ``../outside/evil.pte`` would otherwise run a program no hash 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Annotated
 
+import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from coverfarm.digest import bundle_files
@@ -127,3 +128,19 @@ def load_manifest(bundle: Path) -> Manifest:
         raise BundleError(f"the plan calls programs the manifest lacks: {', '.join(unknown)}")
     check_confined(bundle, manifest)
     return manifest
+
+
+def read_npz(bundle: Path, name: str) -> dict[str, np.ndarray]:
+    """The arrays of one of the bundle's ``.npz`` files (no pickles), or a ``BundleError`` saying why not."""
+    try:
+        with np.load(bundle / name, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
+    except (OSError, ValueError) as error:
+        raise BundleError(f"{name} of the bundle is unreadable: {error}") from None
+
+
+def take_array(arrays: Mapping[str, np.ndarray], key: str, name: str) -> np.ndarray:
+    """``arrays[key]`` of the bundle's file ``name``, or a ``BundleError`` naming what it lacks."""
+    if key not in arrays:
+        raise BundleError(f"{name} of the bundle lacks {key}")
+    return arrays[key]

@@ -14,6 +14,7 @@ from typing import Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from coverfarm.device_words import runtime_failure
+from coverfarm.numerics import NumericsRun
 from coverfarm.profile import ProfileRun
 
 RESULT_FORMAT = 1
@@ -377,3 +378,6 @@ class DeviceResult(BaseModel):
     # The chunk run once more with a profiling runtime (coverfarm/profile.py), apart from the timed runs:
     # its ETDumps and where the time went. Never part of ``latency``.
     profile: ProfileRun | None = None
+    # Each program run once more with its intermediate outputs captured (coverfarm/numerics.py), after a
+    # wrong output or on request: which op departs from eager first. Never part of ``latency``.
+    numerics: NumericsRun | None = None

@@ -1,6 +1,7 @@
 """Every text a cell is shown with: the tracker issue's Coverage table, its columns and cell formats, the
-device cells, shares and milliseconds, rendered from a cell's view (``coverfarm.cell_view``), and a device
-cell's profile (where the time goes, ``coverfarm.profile``).
+device cells, shares and milliseconds, rendered from a cell's view (``coverfarm.cell_view``), a device
+cell's profile (where the time goes, ``coverfarm.profile``) and its numerics run (which op goes wrong,
+``coverfarm.numerics``).
 
 The one module that turns a cell's numbers into text: the CLI row, the report and the grid all call it,
 and none of them reads text back (the grid's colours follow the column's kind).
@@ -16,6 +17,7 @@ from coverfarm.cell_change import ColumnChange, Direction
 from coverfarm.cell_view import CellView, Column, Kind, Latency, OffRelease
 from coverfarm.device_result import UPSTREAM
 from coverfarm.latency_interval import milliseconds_range
+from coverfarm.numerics import NumericsSummary, growth, op_words
 from coverfarm.profile import CPU, ProfileSummary, blockers_of
 from coverfarm.result import Blocker, ResultDocument, ReusedFrom
 
@@ -407,3 +409,48 @@ def profile_op_rows(summary: ProfileSummary, blockers: list[Blocker]) -> list[li
         ) or (NOT_APPLICABLE if op.where != CPU else "no blocker group")
         rows.append([f"`{op.name}`", op.where, milliseconds(op.ms), str(op.calls), linked])
     return rows
+
+
+# A device cell's numerics run (coverfarm/numerics.py): which op's output departs from eager first.
+
+NUMERICS_REPRO = "python -m worker.repros.numerics RESULT.json OUT"
+
+
+def error_figure(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def numerics_line(summary: NumericsSummary) -> str:
+    """One line: the first op whose output departs from eager beyond the tolerance, with its error; or
+    that none does, with the largest error."""
+    tolerance = f"atol {summary.atol:g}, rtol {summary.rtol:g}"
+    first = summary.first
+    if first is not None:
+        return (
+            f"first departs from eager: `{first.op}` {op_words(first).removeprefix(first.op + ' ')} "
+            f"of {first.program} on {first.where}, max abs error {error_figure(first.max_abs_error)} "
+            f"(may be {error_figure(first.bound)}: {tolerance})"
+        )
+    largest = summary.largest
+    if largest is None:
+        return f"no output was compared ({summary.grain})"
+    return (
+        f"no op departs from eager beyond {tolerance}; the largest error is "
+        f"{error_figure(largest.max_abs_error)}, at `{largest.op}` of {largest.program}"
+    )
+
+
+def numerics_rows(summary: NumericsSummary) -> list[list[str]]:
+    """Rows (program, op, where, max abs error, may be, departs) of how the error grows: each output
+    whose error exceeds every one before it in its program (``coverfarm.numerics.growth``)."""
+    return [
+        [
+            op.program,
+            f"`{op.op}` {op_words(op).removeprefix(op.op + ' ')}",
+            op.where,
+            error_figure(op.max_abs_error),
+            error_figure(op.bound),
+            "departs" if op.departs else "within",
+        ]
+        for op in growth(summary)
+    ]

@@ -81,6 +81,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "`wheel-etdump`: the executorch wheel's pybindings instead (a stand-in); "
         "default: $COVERFARM_PROFILING_EXECUTOR_RUNNER, else no profile",
     )
+    run.add_argument(
+        "--numerics",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="run each program once more with its intermediate outputs captured, through the profiling "
+        "runtime, and name the first op whose output departs from eager (the result's numerics): "
+        "auto (default) after a wrong output; always also after a right one (force_fp16's error, say)",
+    )
     runner_farm.add_signing_options(run)
     run.set_defaults(func=run_bundle)
     runner_farm.add_commands(commands)
@@ -134,10 +142,16 @@ def run_bundle(args: argparse.Namespace) -> int:
     runner_id = args.runner_id if args.runner_id is not None else runner_farm.enrolled_runner_id(args)
 
     from farmrun.hostlock import HostLock
-    from gpu_runner.profiling import configured, profile_result
+    from gpu_runner.numerics import numerics_result
+    from gpu_runner.profiling import ENV_VAR, configured, profile_result
     from gpu_runner.replicas import run_replicated
 
     declared = configured(args.profiling_executor_runner)
+    if args.numerics == "always" and declared is None:
+        raise UserError(
+            f"--numerics always needs a profiling runtime: --profiling-executor-runner PATH (or "
+            f"wheel-etdump) or {ENV_VAR}"
+        )
 
     def measure(bundle: Path, sha256: str | None) -> DeviceResult:
         result = run_replicated(
@@ -153,7 +167,8 @@ def run_bundle(args: argparse.Namespace) -> int:
             server_mode=args.server_mode,
         )
         # Once per bundle, after its timed runs and apart from them: never part of the latency.
-        return profile_result(result, bundle, declared, settings.device_timeout_s)
+        result = profile_result(result, bundle, declared, settings.device_timeout_s)
+        return numerics_result(result, bundle, declared, settings.device_timeout_s, args.numerics)
 
     bundle_set = offline.read_set(args.bundle)
     if bundle_set is not None:
@@ -202,7 +217,24 @@ def _summary(doc: dict[str, Any]) -> dict[str, Any]:
         "interval_ms": _interval(latency),
         "load_ms": latency.get("load_ms"),
         "libtorch_mapped": doc["libtorch_mapped"],
+        "numerics": _numerics_line(doc.get("numerics")),
     }
+
+
+def _numerics_line(numerics: dict[str, Any] | None) -> str | None:
+    """The numerics run in one line: the first op that departs from eager, or why there is none."""
+    if not numerics:
+        return None
+    summary = numerics.get("summary")
+    if summary is None:
+        return numerics.get("error") or numerics.get("summary_note") or "not compared"
+    first = summary.get("first")
+    if first is None:
+        return f"no op departs from eager beyond atol {summary['atol']:g}, rtol {summary['rtol']:g}"
+    return (
+        f"first departs: {first['op']} ({first['node']}) of {first['program']} on {first['where']}, "
+        f"max abs error {first['max_abs_error']:.3g}"
+    )
 
 
 def run_bundle_set(

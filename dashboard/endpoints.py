@@ -29,6 +29,7 @@ from orchestrator.inputs import DB_INT_MAX, Id, Name, Offset, Text
 from orchestrator.models import Cell, utcnow
 from orchestrator.reports import progress
 from orchestrator.reports import service as reports
+from orchestrator.reports.numerics import cell_numerics
 from orchestrator.reports.profiles import cell_profiles
 from orchestrator.reports.progress_markdown import stack_label
 from orchestrator.sweeps import cell_views, pages, public_views, service, summaries
@@ -292,7 +293,11 @@ def cell_details(
     several = len(stored.sweep.stacks or []) > 1
     view = cell_views.view_of(stored, devices, online)
     details = views.details(public_views.cell_view(stored, online), view, several, devices)
-    details = replace(details, profiles=views.profile_views(cell_profiles(session, [stored])))
+    details = replace(
+        details,
+        profiles=views.profile_views(cell_profiles(session, [stored])),
+        numerics=views.numerics_views(cell_numerics(session, [stored])),
+    )
     page = "details.html" if partial else "cell.html"
     return templates.TemplateResponse(request, page, {"d": details, "now": utcnow()})
 

@@ -14,11 +14,13 @@ from typing import Protocol
 from coverfarm import device_classes, tracker
 from coverfarm.cell_build import DeviceInput
 from coverfarm.cell_view import CellView, Column, Kind
+from coverfarm.numerics import NumericsRun
 from coverfarm.profile import ProfileRun
 from coverfarm.result import ResultDocument, StageResult
 from coverfarm.stacks import DEFAULT_STACK
 from dashboard.device_details import Artifacts, DeviceDetails, artifacts, device_details
 from orchestrator.models import JobStatus
+from orchestrator.reports.numerics import CellNumerics, run_heading
 from orchestrator.reports.profiles import CellProfile
 from orchestrator.sweeps.schemas import CellPublic, SweepSummary
 
@@ -321,6 +323,7 @@ class Details:
     repro: str
     stack: str | None = None  # the cell's stack, where its sweep has several
     profiles: list[ProfileView] = field(default_factory=list)  # where the time goes, per device class
+    numerics: list[NumericsView] = field(default_factory=list)  # which op goes wrong, per device class
     devices: list[DeviceDetails] = field(default_factory=list)  # its runs and baselines, per class
     artifacts: Artifacts | None = None  # the bundle and its programs, as links
 
@@ -334,6 +337,34 @@ class ProfileView:
     line: str | None
     split: list[list[str]]
     ops: list[list[str]]
+
+
+@dataclass(frozen=True)
+class NumericsView:
+    """A device class's numerics run of the cell, as its details show it (texts from
+    ``coverfarm.tracker``)."""
+
+    device_class: str
+    heading: str
+    numerics: NumericsRun
+    line: str | None
+    rows: list[list[str]]
+
+
+def numerics_views(cells: list[CellNumerics]) -> list[NumericsView]:
+    views = []
+    for n in cells:
+        summary = n.numerics.summary
+        views.append(
+            NumericsView(
+                n.device_class,
+                run_heading(n.numerics),
+                n.numerics,
+                tracker.numerics_line(summary).replace("`", "") if summary else None,
+                tracker.numerics_rows(summary) if summary else [],
+            )
+        )
+    return views
 
 
 def profile_views(profiles: list[CellProfile]) -> list[ProfileView]:

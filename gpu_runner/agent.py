@@ -102,8 +102,10 @@ def run_bundle_process(bundle: Path, sha256: str, timing: Timing, timeout_s: flo
     args = ["runner", "run-bundle", str(bundle), "--sha256", sha256, *timing.arguments(), "--unsigned"]
     # Each replica is bounded by the device timeout; the lock is waited for once, before them.
     bound = timing.rules.replicas * timeout_s + timing.lock_wait_s + 60
-    if profiling.configured() is not None:  # the profile run and its reading, each bounded the same
-        bound += 2 * timeout_s
+    if profiling.configured() is not None:
+        # the profile run and its reading, and a numerics run (after a wrong output) and its comparison,
+        # each bounded the same
+        bound += 4 * timeout_s
     return child_document("run-bundle", args, bound, work)
 
 

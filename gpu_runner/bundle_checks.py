@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
-from coverfarm.bundle_manifest import Manifest
+from coverfarm.bundle_manifest import Manifest, read_npz, take_array
 from coverfarm.device_result import FramesCheck, OutputCheck, OutputStability, ProgramCheck
 from gpu_runner import runtime
-from gpu_runner.bundle_plan import Programs, _frame_env, _npz, _take, run_plan
+from gpu_runner.bundle_plan import Programs, _frame_env, run_plan
 
 
 def _same_shape(what: str, actual: np.ndarray, expected: np.ndarray) -> None:
@@ -42,12 +42,16 @@ def sqnr_db(actual: np.ndarray, expected: np.ndarray) -> float | None:
 
 
 def replay_testcase(bundle: Path, manifest: Manifest, programs: Programs) -> list[ProgramCheck]:
-    testcase = _npz(bundle, "testcase.npz")
+    testcase = read_npz(bundle, "testcase.npz")
     rtol, atol = manifest.tolerance.rtol, manifest.tolerance.atol
     checks = []
     for spec in manifest.programs:
-        inputs = [_take(testcase, f"{spec.name}/in/{i}", "testcase.npz") for i in range(len(spec.inputs))]
-        expected = [_take(testcase, f"{spec.name}/out/{i}", "testcase.npz") for i in range(len(spec.outputs))]
+        inputs = [
+            take_array(testcase, f"{spec.name}/in/{i}", "testcase.npz") for i in range(len(spec.inputs))
+        ]
+        expected = [
+            take_array(testcase, f"{spec.name}/out/{i}", "testcase.npz") for i in range(len(spec.outputs))
+        ]
         outputs = programs[spec.name](inputs)
         if len(outputs) != len(expected):
             checks.append(
@@ -73,8 +77,8 @@ def replay_testcase(bundle: Path, manifest: Manifest, programs: Programs) -> lis
 
 
 def check_frames(bundle: Path, manifest: Manifest, programs: Programs) -> FramesCheck:
-    frames, references = _npz(bundle, "frames.npz"), _npz(bundle, "references.npz")
-    constants = _npz(bundle, "constants.npz")
+    frames, references = read_npz(bundle, "frames.npz"), read_npz(bundle, "references.npz")
+    constants = read_npz(bundle, "constants.npz")
     rtol, atol = manifest.tolerance.rtol, manifest.tolerance.atol
     worst: dict[str, float] = dict.fromkeys(manifest.plan.outputs, 0.0)
     sqnr: dict[str, float | None] = dict.fromkeys(manifest.plan.outputs)
@@ -82,7 +86,7 @@ def check_frames(bundle: Path, manifest: Manifest, programs: Programs) -> Frames
     for i in range(manifest.frames):
         outputs = run_plan(manifest.plan, programs, _frame_env(manifest, frames, constants, i))
         for name, actual in outputs.items():
-            expected = _take(references, f"{i}/{name}", "references.npz")
+            expected = take_array(references, f"{i}/{name}", "references.npz")
             _same_shape(f"output {name} of frame {i}", actual, expected)
             worst[name] = max(worst[name], _max_abs(actual, expected))
             db = sqnr_db(actual, expected)
@@ -110,7 +114,7 @@ class OutputChecker:
         rtol, atol = self.manifest.tolerance.rtol, self.manifest.tolerance.atol
         self.executions += 1
         for name in self.manifest.plan.outputs:
-            expected = _take(self.references, f"{frame}/{name}", "references.npz")
+            expected = take_array(self.references, f"{frame}/{name}", "references.npz")
             actual = outputs.get(name)
             if actual is None or actual.shape != expected.shape or not _close(actual, expected, rtol, atol):
                 self.differing += 1

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from coverfarm import backends
-from coverfarm.bundle_manifest import BundleError, Manifest, load_manifest
+from coverfarm.bundle_manifest import BundleError, Manifest, load_manifest, read_npz
 from coverfarm.device_result import (
     DeviceFailure,
     DeviceResult,
@@ -43,7 +43,7 @@ from farmrun.stats import latency_stats, mark_isolation, replica
 from gpu_runner import runtime
 from gpu_runner import runtime as runtime_module  # ``run_bundle``'s ``runtime`` argument hides the name
 from gpu_runner.bundle_checks import OutputChecker, check_frames, replay_testcase
-from gpu_runner.bundle_plan import Programs, _frame_env, _npz, run_plan
+from gpu_runner.bundle_plan import Programs, _frame_env, run_plan
 from gpu_runner.bundle_verdict import _verdict, _wrong_output
 from gpu_runner.native.runtime import NativeProgram, NativeRuntime
 from gpu_runner.native.shader_cache import shader_cache_state
@@ -248,10 +248,10 @@ def time_chunk(
     """The action chunk, cycling over the bundle's frames (or frame 0 alone, ``rules.inputs``), timed the
     way ``engine`` can time it honestly (its ``time_chunk``) under ``rules``, the host's load recorded."""
     engine = engine or runtime_module.PythonRuntime()
-    frames, constants = _npz(bundle, "frames.npz"), _npz(bundle, "constants.npz")
+    frames, constants = read_npz(bundle, "frames.npz"), read_npz(bundle, "constants.npz")
     count = manifest.frames if rules.inputs == "cycle" else 1
     envs = [_frame_env(manifest, frames, constants, i) for i in range(count)]
-    checker = OutputChecker(manifest, _npz(bundle, "references.npz"), count)
+    checker = OutputChecker(manifest, read_npz(bundle, "references.npz"), count)
     work = runtime_module.ChunkWork(
         frames=count,
         run=lambda index: run_plan(manifest.plan, programs, envs[index % count]),

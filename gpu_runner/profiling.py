@@ -126,16 +126,17 @@ class NativeProfiler:
         )
 
 
-class _WheelProgram:
-    """One program loaded by the wheel's pybindings with its ETDump on, called with numpy arrays."""
+class WheelProgram:
+    """One program loaded by the wheel's pybindings with its ETDump on (and a debug buffer of
+    ``debug_buffer_size`` bytes for intermediate outputs, where given), called with numpy arrays."""
 
-    def __init__(self, spec: ProgramSpec, pte: Path) -> None:
+    def __init__(self, spec: ProgramSpec, pte: Path, debug_buffer_size: int = 0) -> None:
         from executorch.extension.pybindings.portable_lib import _load_for_executorch
 
         # The pybindings import torch and take its tensors (gpu_runner/runtime.py says why); this
         # borrows the tensor type they loaded, in the profile's own child process.
         self.name, self.spec, self._torch = spec.name, spec, sys.modules["torch"]
-        self.module = _load_for_executorch(str(pte), enable_etdump=True)
+        self.module = _load_for_executorch(str(pte), enable_etdump=True, debug_buffer_size=debug_buffer_size)
         self.executions = 0
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -154,15 +155,16 @@ class WheelEtdumpProfiler:
     )
 
     def profile(self, bundle: Path, manifest: Manifest, folder: Path, timeout_s: float) -> ProfileRun:
-        from gpu_runner.bundle_plan import _frame_env, _npz, run_plan
+        from coverfarm.bundle_manifest import read_npz
+        from gpu_runner.bundle_plan import _frame_env, run_plan
 
         try:
-            programs = {p.name: _WheelProgram(p, bundle / p.pte) for p in manifest.programs}
+            programs = {p.name: WheelProgram(p, bundle / p.pte) for p in manifest.programs}
         except ImportError as error:
             raise RuntimeFailure(f"the executorch wheel's pybindings are not importable: {error}") from None
         except RuntimeError as error:
             raise RuntimeFailure(f"the wheel's runtime refused a program: {error}") from None
-        env = _frame_env(manifest, _npz(bundle, "frames.npz"), _npz(bundle, "constants.npz"), 0)
+        env = _frame_env(manifest, read_npz(bundle, "frames.npz"), read_npz(bundle, "constants.npz"), 0)
         run_plan(manifest.plan, programs, env)  # the warm-up chunk
         warmup = {name: program.executions for name, program in programs.items()}
         start = time.perf_counter()

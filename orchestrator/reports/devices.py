@@ -1,7 +1,7 @@
 """What the reports take from the device side besides the cells' views (whose device columns
 ``orchestrator.sweeps.cell_views`` builds): latency intervals for the diff, judged from each run's
 replicas, the runtime build and eager baseline behind each device class, and the runtime's refusals and
-crashes."""
+crashes, and the ops numerics runs name."""
 
 from __future__ import annotations
 
@@ -12,8 +12,13 @@ from sqlalchemy.orm import Session
 from coverfarm import runtime_repros
 from coverfarm.device_words import RUNTIME_FAILURES, short_message
 from coverfarm.latency_interval import LatencyInterval, interval_of
+from coverfarm.numerics import op_words
+from coverfarm.tracker import NUMERICS_REPRO
 from orchestrator.devices.grid import baselines, runs
 from orchestrator.models import Cell, Sweep
+
+# The kind of a runtime issue found by a numerics run: an output that departs from eager first at an op.
+DEPARTS = "departs_from_eager"
 
 # cell id -> {device class: its latency's figure and interval}
 Intervals = dict[int, dict[str, LatencyInterval]]
@@ -70,7 +75,8 @@ def device_runtimes(session: Session, sweep: Sweep, backend: str, stack: str | N
 @dataclass(frozen=True)
 class RuntimeIssue:
     """Device runs refused or crashed by the runtime with the same message (its check's file:line and
-    words), the policies and device classes it hit, and the one-op repro that shows it, if any."""
+    words), or whose numerics run named the same op as the first to depart from eager (``DEPARTS``);
+    the policies and device classes it hit, and the one-op repro that shows it, if any."""
 
     where: str
     op: str | None
@@ -110,6 +116,28 @@ def runtime_issues(
         )
         if cell.policy not in issue.policies:
             issue.policies.append(cell.policy)
+        if device_class not in issue.device_classes:
+            issue.device_classes.append(device_class)
+    for (cell_id, device_class), run in sorted(runs(session, cells).items()):
+        summary = run.numerics.summary if run.numerics is not None else None
+        first = summary.first if summary is not None else None
+        if first is None:
+            continue
+        issue = found.setdefault(
+            (DEPARTS, f"{first.op} on {first.where}"),
+            RuntimeIssue(
+                where=f"{first.program}: {op_words(first)}",
+                op=first.op,
+                kind=DEPARTS,
+                message=f"max abs error {first.max_abs_error:.3g}, may be {first.bound:.3g}",
+                policies=[],
+                device_classes=[],
+                repro=f"one-op bundle{'s' if len(first.examples) > 1 else ''} of its "
+                f"{'ops' if first.span > 1 else 'op'}: `{NUMERICS_REPRO}` (not run on a device yet)",
+            ),
+        )
+        if by_id[cell_id].policy not in issue.policies:
+            issue.policies.append(by_id[cell_id].policy)
         if device_class not in issue.device_classes:
             issue.device_classes.append(device_class)
     return list(found.values())

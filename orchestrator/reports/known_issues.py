@@ -8,7 +8,7 @@ from coverfarm import tracker
 from coverfarm.device_words import RUNTIME_FAILURES
 from coverfarm.tracker import backend_title, markdown_table
 from orchestrator.reports.blockers import NO_REPRO, READY
-from orchestrator.reports.devices import RuntimeIssue
+from orchestrator.reports.devices import DEPARTS, RuntimeIssue
 from orchestrator.reports.schemas import BlockerGroup, ReasonWhatIf
 
 OUTPUT_LINES = 30  # of a repro's output, in the report (the API has all of it)
@@ -119,18 +119,23 @@ def _runtime_issues(issues: list[RuntimeIssue]) -> list[str]:
         "#### On the device",
         "",
         "Programs the partitioner delegated that a device runtime refused to load or crashed on, grouped "
-        "by the runtime's own check. The repro is the op alone, lowered the same way "
-        "(`python -m worker.repros.runtime OUT` writes its bundle for `coverfarm runner run-bundle`).",
+        "by the runtime's own check, and the ops whose output a numerics run found to depart from eager "
+        "first. The repro is the op alone, lowered the same way "
+        "(`python -m worker.repros.runtime OUT` writes its bundle for `coverfarm runner run-bundle`; "
+        "`python -m worker.repros.numerics` that of a numerics run's op).",
         "",
     ]
     rows = []
     for issue in issues:
-        what = RUNTIME_FAILURES[issue.kind]
         op = f"`{issue.op}`" if issue.op else "-"
+        if issue.kind == DEPARTS:
+            said = f"output departs from eager first at `{issue.where}` ({issue.message})"
+        else:
+            said = f"{RUNTIME_FAILURES[issue.kind]}: `{issue.where}`"
         rows.append(
             [
                 op,
-                f"{what}: `{issue.where}`",
+                said,
                 ", ".join(issue.policies),
                 ", ".join(issue.device_classes),
                 issue.repro or "none yet",

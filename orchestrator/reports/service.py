@@ -24,6 +24,7 @@ from orchestrator.reports.diff import diff_markdown, diff_sweeps
 from orchestrator.reports.documents import sweep_documents
 from orchestrator.reports.known_issues import _known_issues, _runtime_issues
 from orchestrator.reports.notes import _built_on, _notes
+from orchestrator.reports.numerics import CellNumerics, numerics_section, sweep_numerics
 from orchestrator.reports.profiles import CellProfile, profile_section, sweep_profiles
 from orchestrator.reports.schemas import BlockersReport, SweepDiff
 from orchestrator.sweeps.cell_views import plain_views, sweep_stacks, sweep_views
@@ -37,6 +38,7 @@ def backend_body(
     issues: list[RuntimeIssue] | None = None,
     stack: str | None = None,
     profiles: list[CellProfile] | None = None,
+    numerics: list[CellNumerics] | None = None,
 ) -> list[str]:
     """One backend's tracker body; of one stack's cells when ``stack`` is given (its heading names it)."""
     cells = sorted(
@@ -53,6 +55,7 @@ def backend_body(
     lines += _known_issues(blocker_groups(docs), reason_what_ifs(docs), backend)
     lines += _runtime_issues(issues or [])
     lines += profile_section(profiles or [])
+    lines += numerics_section(numerics or [])
     return lines
 
 
@@ -67,12 +70,13 @@ def report_markdown(
     issues: dict[Part, list[RuntimeIssue]] | None = None,
     stack: str | None = None,
     profiles: dict[Part, list[CellProfile]] | None = None,
+    numerics: dict[Part, list[CellNumerics]] | None = None,
 ) -> str:
     """The whole tracker body of each backend of the sweep (or of each of ``names``, in that order:
     the body of each backend's tracker issue, however many the sweep has). A sweep of several
     stacks gets one body per backend and stack (or of ``stack`` alone), each with its own Built on.
-    ``views``: the cells' views with their device columns (without: none); ``runtimes``, ``issues`` and
-    ``profiles`` per body, from the device side when it has results."""
+    ``views``: the cells' views with their device columns (without: none); ``runtimes``, ``issues``,
+    ``profiles`` and ``numerics`` per body, from the device side when it has results."""
     seed = Options.model_validate(sweep.cells[0].options).seed if sweep.cells else Options().seed
     lines = [
         f"# Sweep {sweep.id}",
@@ -96,6 +100,7 @@ def report_markdown(
             (issues or {}).get(key),
             part,
             (profiles or {}).get(key),
+            (numerics or {}).get(key),
         )
         lines += ["", *body]
     lines.append("")
@@ -172,7 +177,9 @@ def report(
     runtimes = {part: device_runtimes(session, sweep, *part) for part in parts}
     issues = {part: runtime_issues(session, sweep, *part) for part in parts}
     profiles = {part: sweep_profiles(session, sweep, *part) for part in parts}
-    return report_markdown(sweep, names, sweep_views(session, sweep), runtimes, issues, stack, profiles)
+    numerics = {part: sweep_numerics(session, sweep, *part) for part in parts}
+    views = sweep_views(session, sweep)
+    return report_markdown(sweep, names, views, runtimes, issues, stack, profiles, numerics)
 
 
 def blockers(sweep: Sweep, backend: str | None = None, stack: str | None = None) -> BlockersReport:

@@ -21,7 +21,9 @@ need are injected through the environment:
 
 ``write_standin(folder, event_tracer=True)`` stands in for a build with the event tracer on
 (``EXECUTORCH_ENABLE_EVENT_TRACER=ON``): it has ``--etdump_path``, and with it loads the program through
-the wheel's pybindings with ``enable_etdump`` and writes their real ETDump there at the end.
+the wheel's pybindings with ``enable_etdump`` and writes their real ETDump there at the end;
+``intermediate_outputs=True`` adds the debug-buffer flags, with which it captures intermediate outputs
+(``debug_buffer_size``) and writes the debug buffer beside the ETDump.
 
 It is run through a wrapper script that ``write_standin`` creates; that wrapper also carries the
 registration names of the backends the wheel has, as a real binary's data section does, so the
@@ -83,11 +85,19 @@ def parse(argv: list[str]) -> dict[str, str]:
 
 
 _ETDUMP_FLAG = ("Path to the ETDump (event tracer builds only).", "string", '""')
+# The intermediate-output flags (as ExecuTorch's devtools example_runner defines them).
+_DEBUG_FLAGS = {
+    "dump_intermediate_outputs": ("Dump intermediate outputs to etdump file.", "bool", "false"),
+    "debug_buffer_size": ("Size of the debug buffer in bytes.", "int32", "262144"),
+    "debug_output_path": ("Path to dump debug outputs to.", "string", '"debug_output.bin"'),
+}
 
 
 def main() -> None:
-    if os.environ.get("STANDIN_EVENT_TRACER") == "1":
+    if os.environ.get("STANDIN_EVENT_TRACER") in ("1", "intermediate"):
         _FLAGS["etdump_path"] = _ETDUMP_FLAG
+    if os.environ.get("STANDIN_EVENT_TRACER") == "intermediate":
+        _FLAGS.update(_DEBUG_FLAGS)
     flags = parse(sys.argv[1:])
     if flags.get("etdump_path"):
         traced(flags)
@@ -178,7 +188,9 @@ def traced(flags: dict[str, str]) -> None:
     import torch
     from executorch.extension.pybindings.portable_lib import _load_for_executorch
 
-    module = _load_for_executorch(flags["model_path"], enable_etdump=True)
+    debug = flags.get("dump_intermediate_outputs") == "true"
+    size = int(flags["debug_buffer_size"]) if debug else 0
+    module = _load_for_executorch(flags["model_path"], enable_etdump=True, debug_buffer_size=size)
     meta = module.method_meta("forward")
     paths = [Path(p) for p in flags["inputs"].split(",")] if flags["inputs"] else []
     arrays = []
@@ -192,16 +204,19 @@ def traced(flags: dict[str, str]) -> None:
         begin = time.perf_counter()
         module.run_method("forward", tuple(arrays))
         log("I", 760, f"Iteration {i + 1} of {count}: {(time.perf_counter() - begin) * 1e3:f} ms")
-    module.write_etdump_result_to_file(flags["etdump_path"])
+    module.write_etdump_result_to_file(flags["etdump_path"], flags["debug_output_path"] if debug else None)
     log("I", 805, f"ETDump written to file '{flags['etdump_path']}'.")
 
 
-def write_standin(folder: Path, event_tracer: bool = False) -> Path:
+def write_standin(folder: Path, event_tracer: bool = False, intermediate_outputs: bool = False) -> Path:
     """An executable ``executor_runner`` in ``folder`` that runs this stand-in with this Python; with
-    ``event_tracer`` one built with the event tracer on (``--etdump_path``)."""
+    ``event_tracer`` one built with the event tracer on (``--etdump_path``); with
+    ``intermediate_outputs`` also the debug-buffer flags of ExecuTorch's devtools ``example_runner``
+    (``--dump_intermediate_outputs``, ``--debug_buffer_size``, ``--debug_output_path``)."""
     folder.mkdir(parents=True, exist_ok=True)
     wrapper = folder / "executor_runner"
-    traced = "export STANDIN_EVENT_TRACER=1\n" if event_tracer else ""
+    mode = "intermediate" if intermediate_outputs else "1"
+    traced = f"export STANDIN_EVENT_TRACER={mode}\n" if event_tracer or intermediate_outputs else ""
     script = f'#!/bin/sh\n{traced}exec "{sys.executable}" "{Path(__file__).resolve()}" "$@"\n'
     names = b"".join(b"\0" + name.encode() + b"\0" for name in _REGISTERED)
     wrapper.write_bytes(script.encode() + names)  # sh never reads past exec

@@ -94,6 +94,82 @@ def traced_policy(two_programs: bool = True, cpu_op: bool = False) -> TracedPoli
     return traced
 
 
+class Chain(torch.nn.Module):
+    """A chain of ops the runtime runs on its portable kernels when lowered with no partitioner:
+    linear, relu, ``* scale``, cumsum, linear, tanh. ``scale`` is the op a numerics test alters."""
+
+    def __init__(self, scale: float = 2.0) -> None:
+        super().__init__()
+        self.a, self.b, self.scale = torch.nn.Linear(4, 8), torch.nn.Linear(8, 8), scale
+
+    def forward(self, state: torch.Tensor) -> torch.Tensor:
+        y = torch.cumsum(torch.relu(self.a(state)) * self.scale, dim=1)
+        return torch.tanh(self.b(y))
+
+
+def chain_policy() -> TracedPolicy:
+    """``Chain`` as a one-program policy (``obs``)."""
+    from worker.bundle.health import single_program
+
+    torch.manual_seed(0)
+    return single_program(
+        "obs",
+        Chain(),
+        lambda i: (torch.randn(1, 4, generator=torch.Generator().manual_seed(100 + i)),),
+        "tiny",
+        inputs=("observation.state",),
+    )
+
+
+def _altered(policy: TracedPolicy, name: str, lowering: str) -> bytes:
+    """The program ``name`` of ``policy`` with one op's output altered, lowered as ``lowering`` lowers:
+    ``Chain``'s scale 2.0 → 2.5 (its ``mul``), or ``Obs``'s linear weights × 1.5 (XNNPACK's first call)."""
+    from executorch.exir import to_edge_transform_and_lower
+
+    model = policy.eager[name]
+    if isinstance(model, Chain):
+        altered: torch.nn.Module = Chain(scale=2.5)
+        altered.load_state_dict(model.state_dict())
+    else:
+        altered = type(model)()
+        altered.load_state_dict({k: v * 1.5 for k, v in model.state_dict().items()})
+    (program,) = [p for p in policy.programs if p.name == name]
+    example = tuple(policy.make_frame(0)[n] for n in program.input_names)
+    exported = torch.export.export(altered.eval(), example)
+    parts = [] if lowering == "portable" else [partitioner(lowering)]
+    return bytes(to_edge_transform_and_lower(exported, partitioner=parts).to_executorch().buffer)
+
+
+def build_numerics(out: Path, lowering: str = "xnnpack", altered: bool = False) -> str:
+    """A bundle with ETRecords for numerics runs: ``xnnpack``, the two-program bundle with a CPU-left
+    cumsum (``profiled``); ``portable``, ``Chain`` lowered with no partitioner (every op on the runtime's
+    portable kernels; its manifest says xnnpack, whose runtime runs it). ``altered``: ``obs``'s program
+    computes one op differently from the eager model its ETRecord and references come from."""
+    from executorch.exir import to_edge_transform_and_lower
+
+    traced = chain_policy() if lowering == "portable" else traced_policy(cpu_op=True)
+    work = Path(tempfile.mkdtemp(prefix=f"numerics-{lowering}.", dir=out))
+    trace_dir, lowered = work / "trace", work / "lowered"
+    trace_dir.mkdir()
+    lowered.mkdir()
+    log = EventLog(work / "events.jsonl")
+    trace = write_trace(traced, trace_dir, log, 4)
+    log.close()
+    for program in traced.programs:
+        parts = [] if lowering == "portable" else [partitioner(lowering)]
+        edge = to_edge_transform_and_lower(program.exported, partitioner=parts, generate_etrecord=True)
+        write_program(edge, lowered, program.name, etrecord=True)
+    if altered:
+        (lowered / "obs.pte").write_bytes(_altered(traced, "obs", lowering))
+    doc = ResultDocument(
+        policy="tiny",
+        backend="xnnpack",
+        options=Options(etrecord=True),
+        trace=StageResult(status=StageStatus.OK),
+    )
+    return write_bundle(doc, trace, trace_dir, lowered, out / "bundles").path
+
+
 def partitioner(backend: str) -> object:
     """The backend's own partitioner with its defaults, as the lower stage makes it."""
     from worker.lower.backends import get_backend

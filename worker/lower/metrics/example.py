@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
-from worker.lower.metrics.graph import op_name
+from worker.lower.metrics.graph import aten_target, op_name
 
 
 class NotExpressible(Exception):
@@ -65,7 +65,7 @@ def _value(arg: Any, kinds: dict[str, str]) -> dict[str, Any]:
 def describe(node: torch.fx.Node, ep: ExportedProgram) -> dict[str, Any]:
     """The node as JSON; ``{"op": ..., "unsupported": why}`` when it cannot be written back."""
     name = op_name(node)
-    target = getattr(node.target, "_op", node.target)
+    target = aten_target(node)
     if not isinstance(target, torch._ops.OpOverload):
         return {"op": name, "unsupported": f"{name} is not an ATen operator overload"}
     kinds = _constant_kinds(ep)

@@ -10,9 +10,17 @@ import torch
 DELEGATE_CALL = "executorch_call_delegate"
 
 
+def aten_target(node: torch.fx.Node) -> object:
+    """The ATen OpOverload of an edge node (EdgeOpOverload wraps it) or of an ATen one (itself: its own
+    ``_op`` is the C++ builtin, whose name is empty); any other target as it is."""
+    if isinstance(node.target, torch._ops.OpOverload):
+        return node.target
+    return getattr(node.target, "_op", node.target)
+
+
 def op_name(node: torch.fx.Node) -> str:
     """The ATen name of a node's op (``aten.convolution.default``), without the edge dialect prefix."""
-    target = getattr(node.target, "_op", node.target)  # EdgeOpOverload wraps the ATen OpOverload
+    target = aten_target(node)
     if isinstance(target, torch._ops.OpOverload):
         return f"{target.namespace}.{target._opname}.{target._overloadname}"
     return getattr(target, "__name__", str(target))
