@@ -36,7 +36,9 @@ def test_the_loop_meets_both_minimums() -> None:
 def test_iterations_are_bounded_in_time(tiny_bundles: dict[str, Path]) -> None:
     """A slow chunk (3 program calls of 0.15 s) is timed until max_s, not 100 times: a 100-step
     denoiser is not timed 23 times."""
-    rules = TimingRules(warmup=3, min_chunks=100, min_s=0.5, max_s=1.5, replicas=1)
+    # A loaded machine only makes each chunk longer: the bounds below hold for chunks of 0.45 s up to
+    # about 0.65 s (min_s 0.7 is reached after the second warm-up chunk, max_s after the third or fourth).
+    rules = TimingRules(warmup=3, min_chunks=100, min_s=0.7, max_s=1.5, replicas=1)
     start = time.monotonic()
     result = run_bundle(tiny_bundles["xnnpack"], rules=rules, runtime=SlowRuntime(0.15))
     assert result.status == "ok", result.error
@@ -44,7 +46,7 @@ def test_iterations_are_bounded_in_time(tiny_bundles: dict[str, Path]) -> None:
     assert lat is not None
     (part,) = lat.replicas
     assert part.stopped == MAX_S_REACHED
-    assert lat.iterations == 4 and 1.5 <= part.seconds < 2.5  # 4 chunks of ~0.45 s pass 1.5 s
+    assert lat.iterations in (3, 4) and 1.5 <= part.seconds < 2.7  # 4 chunks of 0.45 s pass 1.5 s
     assert part.warmup == 2  # warm-up stops once it took min_s, before its 3 chunks
     assert time.monotonic() - start < 40  # correctness pass (50 calls) and timing, not 100 chunks
 
