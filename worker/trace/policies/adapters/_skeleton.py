@@ -74,7 +74,7 @@ class Declared:
                 self.policy_type,
                 seed=seed,
                 checkpoint=checkpoint,
-                features=self.features,
+                features=self.features if features is None else features,
                 overrides=overrides,
             )
 
