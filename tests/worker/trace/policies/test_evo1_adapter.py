@@ -94,7 +94,7 @@ def small() -> Iterator[TracedPolicy]:
 
 def test_evo1_is_registered_and_has_no_offline_cause() -> None:
     assert "evo1" in registry.supported() and "evo1" not in NO_OFFLINE_BUILD
-    assert registry.get_adapter("evo1") is evo1.trace_evo1
+    assert registry.get_adapter("evo1") is evo1.trace_evo1_with
     assert evo1.default_vlm_model_name() == internvl3.INTERNVL3_1B
 
 

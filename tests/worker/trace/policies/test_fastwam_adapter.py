@@ -93,7 +93,7 @@ def lerobot_policy(traced: TracedPolicy) -> Any:
 
 def test_fastwam_is_registered_and_has_no_offline_cause() -> None:
     assert "fastwam" in registry.supported() and "fastwam" not in NO_OFFLINE_BUILD
-    assert registry.get_adapter("fastwam") is fastwam.trace_fastwam
+    assert registry.get_adapter("fastwam") is fastwam.trace_fastwam_with
 
 
 def test_wan2_2_frozen_components_have_the_published_sizes() -> None:

@@ -81,7 +81,7 @@ def lerobot_policy(traced: TracedPolicy) -> Any:
 
 def test_lingbot_va_is_registered_and_has_no_offline_cause() -> None:
     assert "lingbot_va" in registry.supported() and "lingbot_va" not in NO_OFFLINE_BUILD
-    assert registry.get_adapter("lingbot_va") is lingbot_va.trace_lingbot_va
+    assert registry.get_adapter("lingbot_va") is lingbot_va.trace_lingbot_va_with
 
 
 def test_lingbot_va_transformer_has_the_checkpoint_size() -> None:

@@ -124,7 +124,7 @@ def count_forward_passes(policy: Any, batch: dict[str, torch.Tensor]) -> tuple[t
 
 def test_pi0_fast_is_registered() -> None:
     assert "pi0_fast" in supported()
-    assert get_adapter("pi0_fast") is pi0_fast.trace_pi0_fast
+    assert get_adapter("pi0_fast") is pi0_fast.trace_pi0_fast_with
 
 
 def test_fast_stand_in_round_trips_its_tokens_and_quantised_actions() -> None:

@@ -105,7 +105,7 @@ def small() -> Iterator[TracedPolicy]:
 
 def test_vla_jepa_is_registered_and_has_no_offline_cause() -> None:
     assert "vla_jepa" in registry.supported() and "vla_jepa" not in NO_OFFLINE_BUILD
-    assert registry.get_adapter("vla_jepa") is vla_jepa.trace_vla_jepa
+    assert registry.get_adapter("vla_jepa") is vla_jepa.trace_vla_jepa_with
 
 
 def test_the_policys_defaults_name_the_offline_checkpoints() -> None:

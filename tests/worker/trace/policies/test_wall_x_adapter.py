@@ -90,7 +90,7 @@ def prefix_of(traced: TracedPolicy) -> Any:
 
 def test_wall_x_is_registered_and_has_no_offline_cause() -> None:
     assert "wall_x" in registry.supported() and "wall_x" not in NO_OFFLINE_BUILD
-    assert registry.get_adapter("wall_x") is wall_x.trace_wall_x
+    assert registry.get_adapter("wall_x") is wall_x.trace_wall_x_with
     assert wall_x.default_checkpoint() == offline.WALL_OSS_FLOW
 
 

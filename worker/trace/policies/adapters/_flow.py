@@ -13,15 +13,15 @@ exactly as ``euler_integrate`` computes them; the initial noise is a frame input
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
-from worker.trace.policies.adapters._along_plan import Program, trace_along_plan
+from worker.trace.policies.adapters._along_plan import Program
 from worker.trace.policies.adapters._common import prefix_then_steps_plan
-from worker.trace.policies.base import Call, TracedPolicy
+from worker.trace.policies.adapters._skeleton import Along
+from worker.trace.policies.base import Call
 from worker.trace.policies.observation import standard_normal
 
 Velocity = Callable[..., torch.Tensor]
@@ -56,8 +56,7 @@ class EulerStep(torch.nn.Module):
         return x_next, self.chunk(x_next)
 
 
-def trace_flow_matching(
-    name: str,
+def flow_matching(
     *,
     prefix: torch.nn.Module,
     prefix_inputs: Sequence[str],
@@ -68,12 +67,10 @@ def trace_flow_matching(
     noise_shape: tuple[int, ...],
     eager_chunk: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] | None,
     seed: int,
-    checkpoint: Path | None,
-    config: dict[str, object],
-    substitutions: Sequence[str] = (),
-    tolerance: tuple[float, float] = (1e-3, 1e-3),
-) -> TracedPolicy:
-    """Export the prefix and step programs; the plan runs the prefix once and the step ``num_steps`` times."""
+    notes: Callable[[], Mapping[str, object]],
+) -> Along:
+    """The prefix and step programs along the plan that runs the prefix once and the step ``num_steps``
+    times (``Declared.trace`` exports them)."""
     prefix_inputs, prefix_outputs = tuple(prefix_inputs), tuple(prefix_outputs)
 
     def make_frame(index: int) -> dict[str, torch.Tensor]:
@@ -89,21 +86,15 @@ def trace_flow_matching(
         chunk="action",
         times=euler_times(num_steps),
     )
-    return trace_along_plan(
-        name,
+    return Along(
         [
             Program("prefix", prefix),
             Program("denoise_step", step, (*prefix_outputs, "x", "t"), ("x_next", "action")),
         ],
         plan,
-        frame=make_frame(0),
         make_frame=make_frame,
         eager_chunk=eager_chunk,
-        seed=seed,
-        checkpoint=checkpoint,
-        config=config,
-        substitutions=substitutions,
-        tolerance=tolerance,
+        notes=notes,
     )
 
 

@@ -80,14 +80,11 @@ from lerobot.utils.constants import OBS_STATE
 from worker.trace.fake_weights import is_fake, real_tensors
 from worker.trace.policies.adapters._along_plan import predicted_chunk
 from worker.trace.policies.adapters._common import (
-    Features,
-    build_policy,
-    config_dict,
     field_default,
     recorded_dtypes,
     restore_dtypes,
 )
-from worker.trace.policies.adapters._flow import EulerStep, dynamic_cache, stacked_cache, trace_flow_matching
+from worker.trace.policies.adapters._flow import EulerStep, dynamic_cache, flow_matching, stacked_cache
 from worker.trace.policies.adapters._qwen2_5_vl import (
     VisionTables,
     check_static_rotary,
@@ -96,19 +93,11 @@ from worker.trace.policies.adapters._qwen2_5_vl import (
 )
 from worker.trace.policies.adapters._qwen_vl import overridden, placeholder_mask
 from worker.trace.policies.adapters._randomness import SubstitutionMismatch
+from worker.trace.policies.adapters._skeleton import TASK, Declared
 from worker.trace.policies.base import TracedPolicy
 from worker.trace.policies.observation import example_observation
 from worker.trace.policies.offline import qwen2_5_vl
 from worker.trace.policies.offline.hub import known, redirected
-from worker.trace.policies.registry import register
-
-FEATURES: Features = {
-    "observation.images.image": (FeatureType.VISUAL, (3, 256, 256)),
-    "observation.images.image2": (FeatureType.VISUAL, (3, 256, 256)),
-    "observation.state": (FeatureType.STATE, (8,)),
-    "action": (FeatureType.ACTION, (7,)),
-}
-TASK = "pick up the red cube and place it in the box"
 
 PROGRAM_INPUTS = ("input_ids", "attention_mask", "pixel_values", "position_ids", OBS_STATE)
 PREFIX_OUTPUTS = ("prefix_keys", "prefix_values", "action_attention_mask", "action_position_ids")
@@ -123,6 +112,16 @@ SUBSTITUTION = (
     "Qwen2.5-VL's and EO1's get_placeholder_mask inputs_embeds[mask].numel() checks -> checked on the "
     "host; the action span (argmax(...).item()) a constant found on the host (checked equal to the "
     "original prefix on the example frame)"
+)
+EO1 = Declared(
+    "eo1",
+    {
+        "observation.images.image": (FeatureType.VISUAL, (3, 256, 256)),
+        "observation.images.image2": (FeatureType.VISUAL, (3, 256, 256)),
+        "observation.state": (FeatureType.STATE, (8,)),
+        "action": (FeatureType.ACTION, (7,)),
+    },
+    substitutions=[SUBSTITUTION],
 )
 
 
@@ -353,10 +352,9 @@ def trace_eo1_with(
         base = str(overrides.get("vlm_base", default_vlm_base()))
         overrides["vlm_config"] = Qwen2_5_VLConfig(**copy.deepcopy(known(qwen2_5_vl.CONFIGS, base))).to_dict()
     dtypes: dict[str, torch.dtype] = {}
-    with offline_eo1(dtypes):
-        policy: Any = build_policy(
-            "eo1", seed=seed, checkpoint=checkpoint, features=FEATURES, overrides=overrides
-        )
+    policy: Any = EO1.build(
+        seed=seed, checkpoint=checkpoint, overrides=overrides, offline=offline_eo1(dtypes)
+    )
     config = policy.config
     model = policy.model
     restore_dtypes(model.vlm_backbone, dtypes)
@@ -408,8 +406,7 @@ def trace_eo1_with(
         batch["state_token_id"], batch["action_token_id"] = prompt.state_token_id, prompt.action_token_id
         return predicted_chunk(policy, batch, within=[given_noise(model, frame["noise"])])
 
-    return trace_flow_matching(
-        "eo1",
+    along = flow_matching(
         prefix=prefix,
         prefix_inputs=PROGRAM_INPUTS,
         prefix_outputs=PREFIX_OUTPUTS,
@@ -421,18 +418,15 @@ def trace_eo1_with(
         noise_shape=(1, config.chunk_size, config.max_action_dim),
         eager_chunk=eager_chunk,
         seed=seed,
-        checkpoint=checkpoint,
-        config=config_dict(
-            policy,
-            task=TASK,
+        notes=lambda: dict(
             processor=f"stand-in ({config.vlm_base}: Qwen2.5-VL image processing, tokenizer vocabulary "
             f"{qwen2_5_vl.WORDS.vocab_size} with EO1's tokens)",
             image_grid_thw=tables.grid,
             action_span=[prompt.act_start, prompt.act_end],
             backbone_dtype=str(model.get_input_embeddings().weight.dtype),
         ),
-        substitutions=[SUBSTITUTION],
     )
+    return EO1.trace(policy, along, seed=seed, checkpoint=checkpoint)
 
 
 def check_static_prefix(policy: Any, batch: Mapping[str, Any], prefix: _Prefix, tables: VisionTables) -> None:
@@ -479,6 +473,4 @@ def check_static_prefix(policy: Any, batch: Mapping[str, Any], prefix: _Prefix, 
             raise SubstitutionMismatch(f"eo1: the static prefix's {name} differs from the original's")
 
 
-@register("eo1")
-def trace_eo1(*, seed: int, checkpoint: Path | None) -> TracedPolicy:
-    return trace_eo1_with(seed=seed, checkpoint=checkpoint)
+EO1.register(trace_eo1_with)

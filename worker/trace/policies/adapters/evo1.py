@@ -70,11 +70,8 @@ from lerobot.configs import FeatureType
 from lerobot.utils.constants import OBS_STATE
 
 from worker.trace.fake_weights import is_fake, real_tensors
-from worker.trace.policies.adapters._along_plan import Program, predicted_chunk, trace_along_plan
+from worker.trace.policies.adapters._along_plan import Program, predicted_chunk
 from worker.trace.policies.adapters._common import (
-    Features,
-    build_policy,
-    config_dict,
     field_default,
     prefix_then_steps_plan,
     recorded_dtypes,
@@ -82,20 +79,13 @@ from worker.trace.policies.adapters._common import (
 )
 from worker.trace.policies.adapters._qwen_vl import overridden
 from worker.trace.policies.adapters._randomness import SubstitutionMismatch
+from worker.trace.policies.adapters._skeleton import TASK, Along, Declared
 from worker.trace.policies.base import Call, TracedPolicy
 from worker.trace.policies.observation import example_observation, frame_generator
 from worker.trace.policies.offline import internvl3
 from worker.trace.policies.offline.hub import known
-from worker.trace.policies.registry import register
 
 CAMERAS = ("observation.images.image", "observation.images.image2")
-FEATURES: Features = {
-    CAMERAS[0]: (FeatureType.VISUAL, (3, 448, 448)),
-    CAMERAS[1]: (FeatureType.VISUAL, (3, 448, 448)),
-    OBS_STATE: (FeatureType.STATE, (8,)),
-    "action": (FeatureType.ACTION, (7,)),
-}
-TASK = "pick up the red cube and place it in the box"
 
 PROGRAM_INPUTS = (*CAMERAS, OBS_STATE, "input_ids", "attention_mask")
 PREFIX_INPUTS = (*PROGRAM_INPUTS, "noise")
@@ -107,6 +97,16 @@ SUBSTITUTION = (
     "dynamic_rope_update (a branch on max(position_ids) + 1 against the cached length) -> the undecorated "
     "rotary forward, the prompt's fixed length checked on the host to be within the cached length, where "
     "the update changes nothing (checked equal to the original prefix on the example frame)"
+)
+EVO1 = Declared(
+    "evo1",
+    {
+        CAMERAS[0]: (FeatureType.VISUAL, (3, 448, 448)),
+        CAMERAS[1]: (FeatureType.VISUAL, (3, 448, 448)),
+        OBS_STATE: (FeatureType.STATE, (8,)),
+        "action": (FeatureType.ACTION, (7,)),
+    },
+    substitutions=[SUBSTITUTION],
 )
 
 
@@ -355,10 +355,9 @@ def trace_evo1_with(
 ) -> TracedPolicy:
     """The adapter, with ``Evo1Config`` overrides (the tests' small configs use the same code path)."""
     dtypes: dict[str, torch.dtype] = {}
-    with offline_evo1(dtypes):
-        policy: Any = build_policy(
-            "evo1", seed=seed, checkpoint=checkpoint, features=FEATURES, overrides=overrides
-        )
+    policy: Any = EVO1.build(
+        seed=seed, checkpoint=checkpoint, overrides=overrides, offline=offline_evo1(dtypes)
+    )
     config = policy.config
     if config.return_cls_only:
         raise NotImplementedError("evo1 is traced with the full fused token sequence (return_cls_only=False)")
@@ -403,8 +402,7 @@ def trace_evo1_with(
     def eager_chunk(frame: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return predicted_chunk(policy, _observation(policy, frame), draws=[frame["noise"]])
 
-    return trace_along_plan(
-        "evo1",
+    along = Along(
         [
             Program(
                 "prefix",
@@ -417,11 +415,7 @@ def trace_evo1_with(
         frame=frame0,
         make_frame=make_frame,
         eager_chunk=eager_chunk,
-        seed=seed,
-        checkpoint=checkpoint,
-        config=lambda: config_dict(
-            policy,
-            task=TASK,
+        notes=lambda: dict(
             tokenizer=f"stand-in ({config.vlm_model_name}: vocabulary {internvl3.WORDS.vocab_size}, "
             "InternVL's image tags)",
             prompt_tokens=prompt.length,
@@ -429,8 +423,8 @@ def trace_evo1_with(
             embedder_dtype=str(embedder.model_dtype),
             embedder_text_layers=len(embedder.model.language_model.layers),
         ),
-        substitutions=[SUBSTITUTION],
     )
+    return EVO1.trace(policy, along, seed=seed, checkpoint=checkpoint)
 
 
 def check_static_prefix(
@@ -445,6 +439,4 @@ def check_static_prefix(
             raise SubstitutionMismatch(f"evo1: the static prefix's {name} differs from the original's")
 
 
-@register("evo1")
-def trace_evo1(*, seed: int, checkpoint: Path | None) -> TracedPolicy:
-    return trace_evo1_with(seed=seed, checkpoint=checkpoint)
+EVO1.register(trace_evo1_with)

@@ -72,30 +72,21 @@ from lerobot.utils.constants import OBS_STATE
 
 from worker.trace.fake_weights import is_fake, real_tensors
 from worker.trace.policies.adapters import _wan
-from worker.trace.policies.adapters._along_plan import Program, predicted_chunk, trace_along_plan
+from worker.trace.policies.adapters._along_plan import Program, predicted_chunk
 from worker.trace.policies.adapters._common import (
     Features,
-    build_policy,
-    config_dict,
     prefix_then_steps_plan,
     recorded_dtypes,
     restore_dtypes,
 )
 from worker.trace.policies.adapters._randomness import SubstitutionMismatch
+from worker.trace.policies.adapters._skeleton import TASK, Along, Declared
 from worker.trace.policies.base import Call, TracedPolicy
 from worker.trace.policies.observation import example_observation, standard_normal
 from worker.trace.policies.offline import wan2_2
 from worker.trace.policies.offline.hub import redirected
-from worker.trace.policies.registry import register
 
 CAMERAS = ("observation.images.image", "observation.images.image2")
-FEATURES: Features = {
-    CAMERAS[0]: (FeatureType.VISUAL, (3, 224, 224)),
-    CAMERAS[1]: (FeatureType.VISUAL, (3, 224, 224)),
-    OBS_STATE: (FeatureType.STATE, (8,)),
-    "action": (FeatureType.ACTION, (7,)),
-}
-TASK = "pick up the red cube and place it in the box"
 
 PROGRAM_INPUTS = ("input_ids", "attention_mask", *CAMERAS, OBS_STATE)
 PREFIX_OUTPUTS = ("context", "context_mask", "video_keys", "video_values")
@@ -112,6 +103,16 @@ SUBSTITUTIONS = [
     "F.linear(fp32 embedding, bf16 weight) raises) -> that region's linears computed in fp32 as CUDA "
     "autocast computes them, in the programs and in the policy's own predict_action_chunk alike",
 ]
+FASTWAM = Declared(
+    "fastwam",
+    {
+        CAMERAS[0]: (FeatureType.VISUAL, (3, 224, 224)),
+        CAMERAS[1]: (FeatureType.VISUAL, (3, 224, 224)),
+        OBS_STATE: (FeatureType.STATE, (8,)),
+        "action": (FeatureType.ACTION, (7,)),
+    },
+    substitutions=SUBSTITUTIONS,
+)
 
 
 @contextlib.contextmanager
@@ -384,7 +385,7 @@ def trace_fastwam_with(
     seed: int,
     checkpoint: Path | None,
     overrides: Mapping[str, Any] | None = None,
-    features: Features = FEATURES,
+    features: Features = FASTWAM.features,
     vae_configs: Mapping[str, dict[str, Any]] = wan2_2.VAE_CONFIGS,
     text_encoder_configs: Mapping[str, dict[str, Any]] = wan2_2.TEXT_ENCODER_CONFIGS,
 ) -> TracedPolicy:
@@ -393,9 +394,7 @@ def trace_fastwam_with(
     overrides = {"base_model_id": None, **dict(overrides or {})}
     dtypes: dict[str, dict[str, torch.dtype]] = {}
     with offline_fastwam(vae_configs, text_encoder_configs), recording_dtypes(dtypes):
-        policy: Any = build_policy(
-            "fastwam", seed=seed, checkpoint=checkpoint, features=features, overrides=overrides
-        )
+        policy: Any = FASTWAM.build(seed=seed, checkpoint=checkpoint, overrides=overrides, features=features)
     config, model = policy.config, policy.model
     restore_dtypes(model, dtypes["model"])
     restore_dtypes(model.vae, dtypes["vae"])
@@ -449,8 +448,7 @@ def trace_fastwam_with(
             policy, batch, draws=[frame["noise"]], within=[_wan.cuda_fp32_autocast_on_cpu()]
         )
 
-    return trace_along_plan(
-        "fastwam",
+    along = Along(
         [
             Program(
                 "prefix",
@@ -465,11 +463,7 @@ def trace_fastwam_with(
         frame=frame0,
         make_frame=make_frame,
         eager_chunk=eager_chunk,
-        seed=seed,
-        checkpoint=checkpoint,
-        config=lambda: config_dict(
-            policy,
-            task=TASK,
+        notes=lambda: dict(
             vae=f"{wan2_2.WAN2_2_TI2V_5B_DIFFUSERS} vae (published config, random weights)",
             text_encoder=f"{config.text_encoder_model_id} text_encoder (published config, random weights)",
             tokenizer=f"stand-in ({config.tokenizer_model_id}: vocabulary "
@@ -477,10 +471,8 @@ def trace_fastwam_with(
             video_token_grid=list(grid),
             model_dtype=str(model.torch_dtype),
         ),
-        substitutions=SUBSTITUTIONS,
     )
+    return FASTWAM.trace(policy, along, seed=seed, checkpoint=checkpoint)
 
 
-@register("fastwam")
-def trace_fastwam(*, seed: int, checkpoint: Path | None) -> TracedPolicy:
-    return trace_fastwam_with(seed=seed, checkpoint=checkpoint)
+FASTWAM.register(trace_fastwam_with)

@@ -59,26 +59,19 @@ import torch
 from lerobot.configs import FeatureType
 
 from worker.trace.fake_weights import is_fake, real_tensors
-from worker.trace.policies.adapters._along_plan import Program, predicted_chunk, trace_along_plan
-from worker.trace.policies.adapters._common import Features, build_policy, config_dict, prefix_then_steps_plan
+from worker.trace.policies.adapters._along_plan import Program, predicted_chunk
+from worker.trace.policies.adapters._common import prefix_then_steps_plan
 from worker.trace.policies.adapters._qwen3_vl import static_pos_embed, static_qwen3_vl
 from worker.trace.policies.adapters._qwen_vl import overridden
 from worker.trace.policies.adapters._randomness import SubstitutionMismatch
+from worker.trace.policies.adapters._skeleton import TASK, Along, Declared
 from worker.trace.policies.base import Call, TracedPolicy
 from worker.trace.policies.observation import example_observation, standard_normal
 from worker.trace.policies.offline import cosmos_reason2
 from worker.trace.policies.offline.hub import known
-from worker.trace.policies.registry import register
 
 GROOT_N1_7_3B = "nvidia/GR00T-N1.7-3B"
 
-FEATURES: Features = {
-    "observation.images.image": (FeatureType.VISUAL, (3, 256, 256)),
-    "observation.images.image2": (FeatureType.VISUAL, (3, 256, 256)),
-    "observation.state": (FeatureType.STATE, (8,)),
-    "action": (FeatureType.ACTION, (7,)),
-}
-TASK = "pick up the red cube and place it in the box"
 
 PROGRAM_INPUTS = ("input_ids", "attention_mask", "pixel_values", "position_ids", "state", "embodiment_id")
 BACKBONE_OUTPUTS = ("backbone_features", "state_features", "image_mask", "backbone_attention_mask")
@@ -92,6 +85,16 @@ SUBSTITUTION = (
     "get_placeholder_mask's inputs_embeds[mask].numel() check -> checked on the host; DeepStack's "
     "hidden[mask, :] += embeds -> torch.where(mask, hidden + embeds[cumsum(mask) - 1], hidden) "
     "(checked equal to the original backbone on the example frame)"
+)
+GROOT = Declared(
+    "groot",
+    {
+        "observation.images.image": (FeatureType.VISUAL, (3, 256, 256)),
+        "observation.images.image2": (FeatureType.VISUAL, (3, 256, 256)),
+        "observation.state": (FeatureType.STATE, (8,)),
+        "action": (FeatureType.ACTION, (7,)),
+    },
+    substitutions=[SUBSTITUTION],
 )
 
 
@@ -263,10 +266,9 @@ def trace_groot_with(
     """The adapter, with ``GrootConfig`` and ``GR00TN17Config`` overrides (the tests' small configs)."""
     from lerobot.policies.groot.processor_groot import GrootN17VLMEncodeStep, make_groot_pre_post_processors
 
-    with offline_groot(model_overrides):
-        policy: Any = build_policy(
-            "groot", seed=seed, checkpoint=checkpoint, features=FEATURES, overrides=overrides
-        )
+    policy: Any = GROOT.build(
+        seed=seed, checkpoint=checkpoint, overrides=overrides, offline=offline_groot(model_overrides)
+    )
     config = policy.config
     if config.use_relative_actions:
         raise NotImplementedError("groot is traced with absolute actions (use_relative_actions=False) only")
@@ -337,8 +339,7 @@ def trace_groot_with(
         batch["image_grid_thw"] = torch.tensor(image_grid_thw, dtype=torch.long)
         return predicted_chunk(policy, batch, draws=[frame["noise"]])
 
-    return trace_along_plan(
-        "groot",
+    along = Along(
         [
             # Fake weights: the exported program (static split sizes) gives the step's example inputs; the
             # eager backbone reads per-image counts from fake tensors, which hold no values. Fake weights
@@ -361,19 +362,15 @@ def trace_groot_with(
         frame={key: batch0[key] for key in PROGRAM_INPUTS},
         make_frame=make_frame,
         eager_chunk=eager_chunk,
-        seed=seed,
-        checkpoint=checkpoint,
-        config=lambda: config_dict(
-            policy,
-            task=TASK,
+        notes=lambda: dict(
             model=GROOT_N1_7_3B,
             model_config={key: getattr(model.config, key) for key in sorted(type(model.config)._defaults)},
             processor=f"stand-in ({cosmos_reason2.COSMOS_REASON2_2B}: Qwen3-VL image processing, tokenizer "
             f"vocabulary {cosmos_reason2.TOKENIZER.vocab_size})",
             image_grid_thw=image_grid_thw,
         ),
-        substitutions=[SUBSTITUTION],
     )
+    return GROOT.trace(policy, along, seed=seed, checkpoint=checkpoint)
 
 
 def check_static_backbone(policy: Any, batch: dict[str, Any], static: tuple[torch.Tensor, ...]) -> None:
@@ -395,6 +392,4 @@ def check_static_backbone(policy: Any, batch: dict[str, Any], static: tuple[torc
             raise SubstitutionMismatch(f"groot: the static backbone's {name} differs from the original's")
 
 
-@register("groot")
-def trace_groot(*, seed: int, checkpoint: Path | None) -> TracedPolicy:
-    return trace_groot_with(seed=seed, checkpoint=checkpoint)
+GROOT.register(trace_groot_with)

@@ -67,23 +67,17 @@ from lerobot.configs import FeatureType
 
 from worker.trace.fake_weights import is_fake, real_tensors
 from worker.trace.policies.adapters import _wan
-from worker.trace.policies.adapters._along_plan import Program, predicted_chunk, trace_along_plan
-from worker.trace.policies.adapters._common import Features, build_policy, config_dict
+from worker.trace.policies.adapters._along_plan import Program, predicted_chunk
+from worker.trace.policies.adapters._common import Features
 from worker.trace.policies.adapters._qwen_vl import overridden
 from worker.trace.policies.adapters._randomness import SubstitutionMismatch
+from worker.trace.policies.adapters._skeleton import TASK, Along, Declared
 from worker.trace.policies.base import Call, ChunkPlan, TracedPolicy
 from worker.trace.policies.observation import example_observation, standard_normal
 from worker.trace.policies.offline import wan2_2
 from worker.trace.policies.offline.hub import known
-from worker.trace.policies.registry import register
 
 CAMERAS = ("observation.images.image", "observation.images.image2")
-FEATURES: Features = {
-    CAMERAS[0]: (FeatureType.VISUAL, (3, 128, 128)),
-    CAMERAS[1]: (FeatureType.VISUAL, (3, 128, 128)),
-    "action": (FeatureType.ACTION, (7,)),
-}
-TASK = "pick up the red cube and place it in the box"
 
 PROMPTS = ("prompt_embeds", "negative_embeds")
 SUBSTITUTIONS = [
@@ -103,6 +97,15 @@ SUBSTITUTIONS = [
     "the same zeros (the plan through the eager programs is checked equal, bit for bit, to the policy's own "
     "predict_action_chunk on the example frame, and the cache programs to the policy's cache)",
 ]
+LINGBOT_VA = Declared(
+    "lingbot_va",
+    {
+        CAMERAS[0]: (FeatureType.VISUAL, (3, 128, 128)),
+        CAMERAS[1]: (FeatureType.VISUAL, (3, 128, 128)),
+        "action": (FeatureType.ACTION, (7,)),
+    },
+    substitutions=SUBSTITUTIONS,
+)
 
 
 class _Loader:
@@ -589,7 +592,7 @@ def trace_lingbot_va_with(
     seed: int,
     checkpoint: Path | None,
     overrides: Mapping[str, Any] | None = None,
-    features: Features = FEATURES,
+    features: Features = LINGBOT_VA.features,
     vae_configs: Mapping[str, dict[str, Any]] = wan2_2.VAE_CONFIGS,
     text_encoder_configs: Mapping[str, dict[str, Any]] = wan2_2.TEXT_ENCODER_CONFIGS,
 ) -> TracedPolicy:
@@ -599,8 +602,8 @@ def trace_lingbot_va_with(
 
     rope = utils.WanRotaryPosEmbed
     with _wan.host_tables_on_real_tensors(rope, "_precompute_freqs_base"):
-        policy: Any = build_policy(
-            "lingbot_va", seed=seed, checkpoint=checkpoint, features=features, overrides=overrides
+        policy: Any = LINGBOT_VA.build(
+            seed=seed, checkpoint=checkpoint, overrides=overrides, features=features
         )
     config = policy.config
     # The constructor casts the transformer to ``dtype`` (bf16): every tensor of it, as build_policy's
@@ -649,8 +652,7 @@ def trace_lingbot_va_with(
         return predicted_chunk(policy, batch, draws=[frame["noise_latents"], frame["noise_actions"]])
 
     frame0 = make_frame(0)
-    traced = trace_along_plan(
-        "lingbot_va",
+    along = Along(
         [
             Program("text_encoder", _TextEncoder(policy)),
             Program("encode_frame", _EncodeFrame(policy)),
@@ -663,24 +665,18 @@ def trace_lingbot_va_with(
         frame=frame0,
         make_frame=make_frame,
         eager_chunk=eager_chunk,
-        seed=seed,
-        checkpoint=checkpoint,
-        config=lambda: config_dict(
-            policy,
-            task=TASK,
+        notes=lambda: dict(
             chunk="the first chunk of an episode (empty key/value cache, prompt encoded)",
             frozen_components=f"{config.wan_pretrained_path} vae/ and text_encoder/ (published configs, "
             f"random weights), tokenizer/ stand-in (vocabulary {wan2_2.UMT5_TOKENIZER.vocab_size})",
             latent_shape=list(layout.latent_shape),
             action_shape=list(layout.action_shape),
         ),
-        substitutions=SUBSTITUTIONS,
     )
+    traced = LINGBOT_VA.trace(policy, along, seed=seed, checkpoint=checkpoint)
     if not is_fake(policy.transformer.proj_out.weight):  # fake weights hold no values: checked with real ones
         check_static_chunk(policy, traced, frame0)
     return traced
 
 
-@register("lingbot_va")
-def trace_lingbot_va(*, seed: int, checkpoint: Path | None) -> TracedPolicy:
-    return trace_lingbot_va_with(seed=seed, checkpoint=checkpoint)
+LINGBOT_VA.register(trace_lingbot_va_with)

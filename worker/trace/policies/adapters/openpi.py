@@ -18,6 +18,7 @@ and 32-dim actions (openpi's padded sizes).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,12 +28,12 @@ from lerobot.configs import FeatureType
 from lerobot.utils.constants import OBS_LANGUAGE_ATTENTION_MASK, OBS_LANGUAGE_TOKENS
 
 from worker.trace.policies.adapters._along_plan import predicted_chunk
-from worker.trace.policies.adapters._common import Features, build_policy, config_dict
-from worker.trace.policies.adapters._flow import EulerStep, dynamic_cache, stacked_cache, trace_flow_matching
+from worker.trace.policies.adapters._common import Features
+from worker.trace.policies.adapters._flow import EulerStep, dynamic_cache, flow_matching, stacked_cache
+from worker.trace.policies.adapters._skeleton import TASK, Declared
 from worker.trace.policies.base import TracedPolicy
 from worker.trace.policies.observation import example_observation
 from worker.trace.policies.offline import paligemma
-from worker.trace.policies.registry import register
 
 FEATURES: Features = {
     "observation.images.base_0_rgb": (FeatureType.VISUAL, (3, 224, 224)),
@@ -41,7 +42,7 @@ FEATURES: Features = {
     "observation.state": (FeatureType.STATE, (32,)),
     "action": (FeatureType.ACTION, (32,)),
 }
-TASK = "pick up the red cube and place it in the box"
+DECLARED = {name: Declared(name, FEATURES) for name in ("pi0", "pi05")}
 
 
 class _Prefix(torch.nn.Module):
@@ -80,11 +81,9 @@ def trace_openpi(
     policy_type: str, *, seed: int, checkpoint: Path | None, overrides: Mapping[str, Any] | None = None
 ) -> TracedPolicy:
     """pi0 or pi05, with config ``overrides`` (the tests' small configs use the same code path)."""
-    if policy_type not in ("pi0", "pi05"):
+    if policy_type not in DECLARED:
         raise ValueError(f"not an openpi flow-matching policy: {policy_type!r}")
-    policy: Any = build_policy(
-        policy_type, seed=seed, checkpoint=checkpoint, features=FEATURES, overrides=overrides
-    )
+    policy: Any = DECLARED[policy_type].build(seed=seed, checkpoint=checkpoint, overrides=overrides)
     config = policy.config
     if config.rtc_config is not None and config.rtc_config.enabled:
         raise NotImplementedError(f"{policy_type} with real-time chunking (rtc_config) is not traced")
@@ -116,8 +115,7 @@ def trace_openpi(
     def eager_chunk(frame: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return predicted_chunk(policy, {key: frame[key] for key in names}, noise=frame["noise"])
 
-    return trace_flow_matching(
-        policy_type,
+    along = flow_matching(
         prefix=_Prefix(policy, names, with_state),
         prefix_inputs=names,
         prefix_outputs=outputs,
@@ -127,21 +125,13 @@ def trace_openpi(
         noise_shape=(1, config.chunk_size, config.max_action_dim),
         eager_chunk=eager_chunk,
         seed=seed,
-        checkpoint=checkpoint,
-        config=config_dict(
-            policy,
-            task=TASK,
+        notes=lambda: dict(
             tokenizer=f"stand-in ({paligemma.PALIGEMMA_3B}: vocabulary {paligemma.PALIGEMMA_VOCAB}, "
             "right padding)",
         ),
     )
+    return DECLARED[policy_type].trace(policy, along, seed=seed, checkpoint=checkpoint)
 
 
-@register("pi0")
-def trace_pi0(*, seed: int, checkpoint: Path | None) -> TracedPolicy:
-    return trace_openpi("pi0", seed=seed, checkpoint=checkpoint)
-
-
-@register("pi05")
-def trace_pi05(*, seed: int, checkpoint: Path | None) -> TracedPolicy:
-    return trace_openpi("pi05", seed=seed, checkpoint=checkpoint)
+for _name in DECLARED:
+    DECLARED[_name].register(functools.partial(trace_openpi, _name))

@@ -75,23 +75,13 @@ from lerobot.configs import FeatureType
 from lerobot.utils.constants import OBS_LANGUAGE_ATTENTION_MASK, OBS_LANGUAGE_TOKENS, OBS_STATE
 
 from worker.trace.fake_weights import real_tensors
-from worker.trace.policies.adapters._along_plan import Program, trace_along_plan
-from worker.trace.policies.adapters._common import Features, build_policy, config_dict
+from worker.trace.policies.adapters._along_plan import Program
 from worker.trace.policies.adapters._flow import stacked_cache
+from worker.trace.policies.adapters._skeleton import TASK, Along, Declared
 from worker.trace.policies.base import Call, ChunkPlan, TracedPolicy
 from worker.trace.policies.observation import example_observation
 from worker.trace.policies.offline import fast_tokenizer, paligemma
 from worker.trace.policies.offline.hub import redirected
-from worker.trace.policies.registry import register
-
-FEATURES: Features = {
-    "observation.images.base_0_rgb": (FeatureType.VISUAL, (3, 224, 224)),
-    "observation.images.left_wrist_0_rgb": (FeatureType.VISUAL, (3, 224, 224)),
-    "observation.images.right_wrist_0_rgb": (FeatureType.VISUAL, (3, 224, 224)),
-    "observation.state": (FeatureType.STATE, (32,)),
-    "action": (FeatureType.ACTION, (32,)),
-}
-TASK = "pick up the red cube and place it in the box"
 
 CACHE = ("cache_keys", "cache_values", "cache_valid")
 PREFIX_OUTPUTS = (*CACHE, "tokens", "token")
@@ -104,6 +94,17 @@ SUBSTITUTION = (
     "position ids counted from it; the early stop at '|' (bool(finished.all())) -> "
     "every step runs and writes 0 once an earlier token is '|' (checked equal to the policy's own loop "
     "on the example frame)"
+)
+PI0_FAST = Declared(
+    "pi0_fast",
+    {
+        "observation.images.base_0_rgb": (FeatureType.VISUAL, (3, 224, 224)),
+        "observation.images.left_wrist_0_rgb": (FeatureType.VISUAL, (3, 224, 224)),
+        "observation.images.right_wrist_0_rgb": (FeatureType.VISUAL, (3, 224, 224)),
+        "observation.state": (FeatureType.STATE, (32,)),
+        "action": (FeatureType.ACTION, (32,)),
+    },
+    substitutions=[SUBSTITUTION],
 )
 
 
@@ -292,10 +293,9 @@ def trace_pi0_fast_with(
     *, seed: int, checkpoint: Path | None, overrides: Mapping[str, Any] | None = None
 ) -> TracedPolicy:
     """The adapter, with config ``overrides`` (the tests' small configs use the same code path)."""
-    with offline_pi0_fast():
-        policy: Any = build_policy(
-            "pi0_fast", seed=seed, checkpoint=checkpoint, features=FEATURES, overrides=overrides
-        )
+    policy: Any = PI0_FAST.build(
+        seed=seed, checkpoint=checkpoint, overrides=overrides, offline=offline_pi0_fast()
+    )
     config = policy.config
     if config.rtc_config is not None and config.rtc_config.enabled:
         raise NotImplementedError("pi0_fast with real-time chunking (rtc_config) is not traced")
@@ -339,8 +339,7 @@ def trace_pi0_fast_with(
         with torch.no_grad():
             return {"action_tokens": policy_tokens(policy, batch)}
 
-    return trace_along_plan(
-        "pi0_fast",
+    along = Along(
         [
             Program(
                 "prefix",
@@ -360,11 +359,7 @@ def trace_pi0_fast_with(
         frame=frame0,
         make_frame=make_observation,
         eager_chunk=eager_chunk,
-        seed=seed,
-        checkpoint=checkpoint,
-        config=lambda: config_dict(
-            policy,
-            task=TASK,
+        notes=lambda: dict(
             tokenizer=f"stand-in ({paligemma.PALIGEMMA_3B}: vocabulary {paligemma.PALIGEMMA_VOCAB}, "
             "right padding; stand-in ids for 'Action', ':' and '|')",
             action_tokenizer=f"stand-in ({fast_tokenizer.FAST_ACTION_TOKENIZER}: FAST+ DCT and quantisation "
@@ -374,8 +369,8 @@ def trace_pi0_fast_with(
             cache_length=cache_length,
             end_of_action_id=end_of_action,
         ),
-        substitutions=[SUBSTITUTION],
     )
+    return PI0_FAST.trace(policy, along, seed=seed, checkpoint=checkpoint)
 
 
 def policy_tokens(policy: Any, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
@@ -394,6 +389,4 @@ def policy_tokens(policy: Any, batch: Mapping[str, torch.Tensor]) -> torch.Tenso
     return tokens
 
 
-@register("pi0_fast")
-def trace_pi0_fast(*, seed: int, checkpoint: Path | None) -> TracedPolicy:
-    return trace_pi0_fast_with(seed=seed, checkpoint=checkpoint)
+PI0_FAST.register(trace_pi0_fast_with)

@@ -33,29 +33,30 @@ from transformers import SmolVLMConfig
 
 from worker.trace.fake_weights import is_fake
 from worker.trace.policies.adapters._along_plan import predicted_chunk
-from worker.trace.policies.adapters._common import Features, build_policy, config_dict
-from worker.trace.policies.adapters._flow import EulerStep, dynamic_cache, stacked_cache, trace_flow_matching
+from worker.trace.policies.adapters._flow import EulerStep, dynamic_cache, flow_matching, stacked_cache
 from worker.trace.policies.adapters._randomness import SubstitutionMismatch
+from worker.trace.policies.adapters._skeleton import TASK, Declared
 from worker.trace.policies.base import TracedPolicy
 from worker.trace.policies.observation import example_observation
 from worker.trace.policies.offline import smolvlm2
 from worker.trace.policies.offline.hub import known, redirected
-from worker.trace.policies.registry import register
-
-FEATURES: Features = {
-    "observation.image": (FeatureType.VISUAL, (3, 256, 256)),
-    "observation.image2": (FeatureType.VISUAL, (3, 256, 256)),
-    "observation.image3": (FeatureType.VISUAL, (3, 256, 256)),
-    "observation.state": (FeatureType.STATE, (6,)),
-    "action": (FeatureType.ACTION, (6,)),
-}
-TASK = "pick up the red cube and place it in the box"
 
 SUBSTITUTION = (
     "SmolVLMVisionEmbeddings.forward: position_ids[mask] = pos_ids[mask] (boolean-mask index, data "
     "dependent) -> position_ids = torch.where(mask, pos_ids, position_ids), and torch.bucketize(x, b, "
     "right=True) (not Core ATen) -> (x[..., None] >= b).sum(-1) (checked equal to transformers' forward on "
     "every image of the example frame)"
+)
+SMOLVLA = Declared(
+    "smolvla",
+    {
+        "observation.image": (FeatureType.VISUAL, (3, 256, 256)),
+        "observation.image2": (FeatureType.VISUAL, (3, 256, 256)),
+        "observation.image3": (FeatureType.VISUAL, (3, 256, 256)),
+        "observation.state": (FeatureType.STATE, (6,)),
+        "action": (FeatureType.ACTION, (6,)),
+    },
+    substitutions=[SUBSTITUTION],
 )
 
 
@@ -184,10 +185,9 @@ def trace_smolvla_with(
     *, seed: int, checkpoint: Path | None, overrides: Mapping[str, Any] | None = None
 ) -> TracedPolicy:
     """The adapter, with config ``overrides`` (the tests' small configs use the same code path)."""
-    with offline_smolvlm():
-        policy: Any = build_policy(
-            "smolvla", seed=seed, checkpoint=checkpoint, features=FEATURES, overrides=overrides
-        )
+    policy: Any = SMOLVLA.build(
+        seed=seed, checkpoint=checkpoint, overrides=overrides, offline=offline_smolvlm()
+    )
     config = policy.config
     if not config.use_cache:
         raise NotImplementedError("smolvla is traced with its default key/value cache (use_cache=True) only")
@@ -219,8 +219,7 @@ def trace_smolvla_with(
         batch = {key: frame[key] for key in names}
         return predicted_chunk(policy, batch, noise=frame["noise"], within=[original_embeddings(embeddings)])
 
-    return trace_flow_matching(
-        "smolvla",
+    along = flow_matching(
         prefix=_Prefix(policy, names),
         prefix_inputs=names,
         prefix_outputs=("prefix_keys", "prefix_values", "prefix_pad_mask"),
@@ -230,17 +229,13 @@ def trace_smolvla_with(
         noise_shape=(1, config.chunk_size, config.max_action_dim),
         eager_chunk=eager_chunk,
         seed=seed,
-        checkpoint=checkpoint,
-        config=config_dict(
-            policy,
+        notes=lambda: dict(
             offline_backbone_config=known(smolvlm2.CONFIGS, config.vlm_model_name),
             task=TASK,
             tokenizer=f"stand-in ({tokenizer.checkpoint}: vocabulary {tokenizer.vocab_size}, right padding)",
         ),
-        substitutions=[SUBSTITUTION],
     )
+    return SMOLVLA.trace(policy, along, seed=seed, checkpoint=checkpoint)
 
 
-@register("smolvla")
-def trace_smolvla(*, seed: int, checkpoint: Path | None) -> TracedPolicy:
-    return trace_smolvla_with(seed=seed, checkpoint=checkpoint)
+SMOLVLA.register(trace_smolvla_with)

@@ -67,31 +67,20 @@ import torch
 from lerobot.configs import FeatureType
 
 from worker.trace.fake_weights import is_fake, real_tensors
-from worker.trace.policies.adapters._along_plan import Program, predicted_chunk, trace_along_plan
+from worker.trace.policies.adapters._along_plan import Program, predicted_chunk
 from worker.trace.policies.adapters._common import (
-    Features,
-    build_policy,
-    config_dict,
     prefix_then_steps_plan,
     recorded_dtypes,
     restore_dtypes,
 )
 from worker.trace.policies.adapters._qwen3_vl import static_pos_embed, static_qwen3_vl
 from worker.trace.policies.adapters._randomness import SubstitutionMismatch
+from worker.trace.policies.adapters._skeleton import TASK, Along, Declared
 from worker.trace.policies.adapters.groot import discretized_times
 from worker.trace.policies.base import Call, TracedPolicy
 from worker.trace.policies.observation import example_observation, standard_normal
 from worker.trace.policies.offline import qwen3_vl, vjepa2
 from worker.trace.policies.offline.hub import known, redirected
-from worker.trace.policies.registry import register
-
-FEATURES: Features = {
-    "observation.images.image": (FeatureType.VISUAL, (3, 256, 256)),
-    "observation.images.image2": (FeatureType.VISUAL, (3, 256, 256)),
-    "observation.state": (FeatureType.STATE, (8,)),
-    "action": (FeatureType.ACTION, (7,)),
-}
-TASK = "pick up the red cube and place it in the box"
 
 PROGRAM_INPUTS = ("input_ids", "attention_mask", "pixel_values", "position_ids")
 PREFIX_OUTPUTS = ("conditioning",)
@@ -108,6 +97,16 @@ SUBSTITUTION = (
     "the embodied-action tokens' gather "
     "(nonzero of the ids) -> a constant slice found on the host (checked equal to the original _encode_qwen "
     "on the example frame)"
+)
+VLA_JEPA = Declared(
+    "vla_jepa",
+    {
+        "observation.images.image": (FeatureType.VISUAL, (3, 256, 256)),
+        "observation.images.image2": (FeatureType.VISUAL, (3, 256, 256)),
+        "observation.state": (FeatureType.STATE, (8,)),
+        "action": (FeatureType.ACTION, (7,)),
+    },
+    substitutions=[SUBSTITUTION],
 )
 
 
@@ -277,10 +276,9 @@ def trace_vla_jepa_with(
     from lerobot.policies.vla_jepa.processor_vla_jepa import make_vla_jepa_pre_post_processors
 
     dtypes = BuiltDtypes()
-    with offline_vla_jepa(dtypes):
-        policy: Any = build_policy(
-            "vla_jepa", seed=seed, checkpoint=checkpoint, features=FEATURES, overrides=overrides
-        )
+    policy: Any = VLA_JEPA.build(
+        seed=seed, checkpoint=checkpoint, overrides=overrides, offline=offline_vla_jepa(dtypes)
+    )
     config = policy.config
     if config.resize_images_to is not None:
         raise NotImplementedError("vla_jepa is traced with the cameras' own size (resize_images_to=None)")
@@ -364,8 +362,7 @@ def trace_vla_jepa_with(
             raise KeyError("vla_jepa: eager_chunk takes the frames make_frame made")
         return predicted_chunk(policy, preprocessor(dict(observation)), draws=[frame["noise"]])
 
-    return trace_along_plan(
-        "vla_jepa",
+    along = Along(
         [
             # Fake weights: the exported program (static split sizes) gives the step's example inputs; the
             # eager prefix reads per-image counts from fake tensors, which hold no values. Fake weights hold
@@ -382,19 +379,15 @@ def trace_vla_jepa_with(
         frame=frame0,
         make_frame=make_frame,
         eager_chunk=eager_chunk,
-        seed=seed,
-        checkpoint=checkpoint,
-        config=lambda: config_dict(
-            policy,
-            task=TASK,
+        notes=lambda: dict(
             processor=f"stand-in ({config.qwen_model_name}: Qwen3-VL image processing, tokenizer vocabulary "
             f"{qwen3_vl.WORDS.vocab_size} with VLA-JEPA's action tokens)",
             image_grid_thw=image_grid_thw,
             embodied_span=[prompt.start, prompt.end],
             backbone_dtype=str(qwen.get_input_embeddings().weight.dtype),
         ),
-        substitutions=[SUBSTITUTION],
     )
+    return VLA_JEPA.trace(policy, along, seed=seed, checkpoint=checkpoint)
 
 
 def check_static_prefix(policy: Any, observation: Mapping[str, Any], static: torch.Tensor) -> None:
@@ -412,6 +405,4 @@ def check_static_prefix(policy: Any, observation: Mapping[str, Any], static: tor
         raise SubstitutionMismatch("vla_jepa: the static prefix's conditioning differs from _encode_qwen's")
 
 
-@register("vla_jepa")
-def trace_vla_jepa(*, seed: int, checkpoint: Path | None) -> TracedPolicy:
-    return trace_vla_jepa_with(seed=seed, checkpoint=checkpoint)
+VLA_JEPA.register(trace_vla_jepa_with)

@@ -81,11 +81,8 @@ from lerobot.configs import FeatureType
 from lerobot.utils.constants import ACTION
 
 from worker.trace.fake_weights import is_fake, real_tensors
-from worker.trace.policies.adapters._along_plan import Program, predicted_chunk, trace_along_plan
+from worker.trace.policies.adapters._along_plan import Program, predicted_chunk
 from worker.trace.policies.adapters._common import (
-    Features,
-    build_policy,
-    config_dict,
     field_default,
     prefix_then_steps_plan,
 )
@@ -97,19 +94,11 @@ from worker.trace.policies.adapters._qwen2_5_vl import (
 )
 from worker.trace.policies.adapters._qwen_vl import overridden
 from worker.trace.policies.adapters._randomness import SubstitutionMismatch, replay
+from worker.trace.policies.adapters._skeleton import TASK, Along, Declared
 from worker.trace.policies.base import Call, TracedPolicy
 from worker.trace.policies.observation import example_observation, standard_normal
 from worker.trace.policies.offline import wall_x as offline
 from worker.trace.policies.offline.hub import known, redirected
-from worker.trace.policies.registry import register
-
-FEATURES: Features = {
-    "observation.images.face_view": (FeatureType.VISUAL, (3, 256, 256)),
-    "observation.images.right_wrist_view": (FeatureType.VISUAL, (3, 256, 256)),
-    "observation.state": (FeatureType.STATE, (8,)),
-    "action": (FeatureType.ACTION, (7,)),
-}
-TASK = "pick up the red cube and place it in the box"
 
 PREFIX_INPUTS = ("input_ids", "pixel_values", "proprioception", "agent_pos_mask")
 PREFIX_OUTPUTS = ("inputs_embeds",)
@@ -129,6 +118,16 @@ SUBSTITUTION = (
     "constant token positions; create_causal_mask's vmapped action-island mask (a flat_apply that "
     "torch.export.save cannot serialize) -> the same mask function broadcast over index tensors "
     "(use_vmap=False) (all checked equal to the original on the example frame)"
+)
+WALL_X = Declared(
+    "wall_x",
+    {
+        "observation.images.face_view": (FeatureType.VISUAL, (3, 256, 256)),
+        "observation.images.right_wrist_view": (FeatureType.VISUAL, (3, 256, 256)),
+        "observation.state": (FeatureType.STATE, (8,)),
+        "action": (FeatureType.ACTION, (7,)),
+    },
+    substitutions=[SUBSTITUTION],
 )
 
 
@@ -471,10 +470,9 @@ def trace_wall_x_with(
     """The adapter, with ``WallXConfig`` overrides (the tests' small configs use the same code path)."""
     from lerobot.policies.wall_x.processor_wall_x import make_wall_x_pre_post_processors
 
-    with offline_wall_x():
-        policy: Any = build_policy(
-            "wall_x", seed=seed, checkpoint=checkpoint, features=FEATURES, overrides=overrides
-        )
+    policy: Any = WALL_X.build(
+        seed=seed, checkpoint=checkpoint, overrides=overrides, offline=offline_wall_x()
+    )
     config = policy.config
     if config.prediction_mode != "diffusion":
         raise NotImplementedError("wall_x is traced in its default prediction_mode='diffusion' only")
@@ -541,8 +539,7 @@ def trace_wall_x_with(
         batch["image_grid_thw"] = torch.tensor(tables.grid, dtype=torch.long)
         return predicted_chunk(policy, batch, draws=[frame["noise"]], within=[given_inputs(policy, batch)])
 
-    return trace_along_plan(
-        "wall_x",
+    along = Along(
         [
             Program("prefix", prefix),
             Program("denoise_step", step, (*step_inputs, "x", "t"), ("x_next", "action")),
@@ -551,11 +548,7 @@ def trace_wall_x_with(
         frame=frame0,
         make_frame=make_frame,
         eager_chunk=eager_chunk,
-        seed=seed,
-        checkpoint=checkpoint,
-        config=lambda: config_dict(
-            policy,
-            task=TASK,
+        notes=lambda: dict(
             model_config=model.config.to_dict(),
             processor=f"stand-in ({config.pretrained_name_or_path}: Qwen2.5-VL image processing, tokenizer "
             f"vocabulary {len(model.processor.tokenizer)} with Wall-X's tokens)",
@@ -565,10 +558,8 @@ def trace_wall_x_with(
             num_inference_timesteps=NUM_STEPS,
             backbone_dtype=str(model.model.embed_tokens.weight.dtype),
         ),
-        substitutions=[SUBSTITUTION],
     )
+    return WALL_X.trace(policy, along, seed=seed, checkpoint=checkpoint)
 
 
-@register("wall_x")
-def trace_wall_x(*, seed: int, checkpoint: Path | None) -> TracedPolicy:
-    return trace_wall_x_with(seed=seed, checkpoint=checkpoint)
+WALL_X.register(trace_wall_x_with)

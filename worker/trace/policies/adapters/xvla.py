@@ -31,27 +31,29 @@ from lerobot.configs import FeatureType
 from lerobot.utils.constants import OBS_LANGUAGE_TOKENS
 
 from worker.trace.fake_weights import is_fake
-from worker.trace.policies.adapters._along_plan import Program, predicted_chunk, trace_along_plan
-from worker.trace.policies.adapters._common import Features, build_policy, config_dict, prefix_then_steps_plan
+from worker.trace.policies.adapters._along_plan import Program, predicted_chunk
+from worker.trace.policies.adapters._common import prefix_then_steps_plan
 from worker.trace.policies.adapters._randomness import SubstitutionMismatch
+from worker.trace.policies.adapters._skeleton import TASK, Along, Declared
 from worker.trace.policies.base import Call, TracedPolicy
 from worker.trace.policies.observation import example_observation, standard_normal
 from worker.trace.policies.offline import florence2
 from worker.trace.policies.offline.hub import known
-from worker.trace.policies.registry import register
-
-FEATURES: Features = {
-    "observation.images.image": (FeatureType.VISUAL, (3, 224, 224)),
-    "observation.images.image2": (FeatureType.VISUAL, (3, 224, 224)),
-    "observation.state": (FeatureType.STATE, (20,)),
-    "action": (FeatureType.ACTION, (20,)),
-}
-TASK = "pick up the red cube and place it in the box"
 
 SUBSTITUTION = (
     "XVLAModel.forward_vlm: int(image_mask.sum().item()) and boolean indexing over present views -> every "
     "view encoded directly (all views present, no empty cameras; checked equal to forward_vlm on the example "
     "frame)"
+)
+XVLA = Declared(
+    "xvla",
+    {
+        "observation.images.image": (FeatureType.VISUAL, (3, 224, 224)),
+        "observation.images.image2": (FeatureType.VISUAL, (3, 224, 224)),
+        "observation.state": (FeatureType.STATE, (20,)),
+        "action": (FeatureType.ACTION, (20,)),
+    },
+    substitutions=[SUBSTITUTION],
 )
 
 
@@ -135,9 +137,7 @@ def trace_xvla_with(
     """The adapter, with config ``overrides`` (the tests' small configs use the same code path)."""
     settings: dict[str, Any] = {"florence_config": florence2.FLORENCE2_LARGE_CONFIG}
     settings.update(overrides or {})
-    policy: Any = build_policy(
-        "xvla", seed=seed, checkpoint=checkpoint, features=FEATURES, overrides=settings
-    )
+    policy: Any = XVLA.build(seed=seed, checkpoint=checkpoint, overrides=settings)
     config = policy.config
     if config.empty_cameras or config.num_image_views != len(config.image_features):
         raise NotImplementedError("xvla is traced with every camera view present (no empty cameras) only")
@@ -182,8 +182,7 @@ def trace_xvla_with(
     def eager_chunk(frame: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return predicted_chunk(policy, {key: frame[key] for key in names}, draws=[frame["noise"]])
 
-    return trace_along_plan(
-        "xvla",
+    along = Along(
         [
             Program("vlm", _VLM(policy, names), check=check, export_after_run=True),
             Program(
@@ -194,21 +193,16 @@ def trace_xvla_with(
             ),
         ],
         plan,
+        make_frame,
+        eager_chunk,
+        notes=lambda: {
+            "tokenizer": f"stand-in ({tokenizer.checkpoint}: vocabulary {tokenizer.vocab_size}, "
+            "right padding)",
+            "backbone": florence2.FLORENCE2_LARGE,
+        },
         frame=frame0,
-        make_frame=make_frame,
-        eager_chunk=eager_chunk,
-        seed=seed,
-        checkpoint=checkpoint,
-        config=lambda: config_dict(
-            policy,
-            task=TASK,
-            tokenizer=f"stand-in ({tokenizer.checkpoint}: vocabulary {tokenizer.vocab_size}, right padding)",
-            backbone=florence2.FLORENCE2_LARGE,
-        ),
-        substitutions=[SUBSTITUTION],
     )
+    return XVLA.trace(policy, along, seed=seed, checkpoint=checkpoint)
 
 
-@register("xvla")
-def trace_xvla(*, seed: int, checkpoint: Path | None) -> TracedPolicy:
-    return trace_xvla_with(seed=seed, checkpoint=checkpoint)
+XVLA.register(trace_xvla_with)
