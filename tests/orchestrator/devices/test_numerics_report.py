@@ -1,8 +1,9 @@
 """A device result's numerics run reaches the report and the cell's details as "which op goes wrong": the
 first op whose output departs from eager with its error, how the error grows, and a runtime Known-issues
 row naming the op with its one-op repro; the cell's latency stays the timed runs'. The numerics run is a
-recorded one (tests/orchestrator/devices/recorded/README.md: the stand-in, the executorch wheel's pybindings with a
-debug buffer, on the tiny XNNPACK bundle whose ``obs`` computes its linear layer with altered weights)."""
+recorded one (tests/orchestrator/devices/recorded/README.md: the stand-in, the executorch wheel's
+pybindings with a debug buffer, on the tiny XNNPACK bundle whose ``obs`` computes its linear layer with
+altered weights)."""
 
 from __future__ import annotations
 
