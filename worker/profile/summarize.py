@@ -74,6 +74,23 @@ def _ms(event: Any, warmup: int) -> tuple[float, int]:
     return float(sum(raw)), len(raw)
 
 
+def op_name(op_types: Sequence[str], kernel: str | None) -> str:
+    """The op a CPU-left ``OPERATOR_CALL`` ran. The ETRecord gives every edge op of its debug handle, and
+    the pieces of a decomposed op share one (softplus's ``exp``, ``log1p``, ``gt`` and ``where``), so the
+    first of them may be another piece, even one a delegate took: the one whose name is the kernel's
+    (``log1p.out`` runs ``aten.log1p.default``) is the op; without a match the first, without an
+    ETRecord the kernel's own name."""
+    if kernel:
+        base = kernel.split(".", 1)[0]
+        for op in op_types:
+            parts = op.split(".")
+            if len(parts) >= 2 and parts[-2] == base:
+                return op
+    if op_types:
+        return op_types[0]
+    return kernel or "unknown op"
+
+
 def _read(etdump: Path, etrecord: Path | None) -> Any:
     from executorch.devtools import Inspector
 
@@ -104,9 +121,7 @@ def summarize_program(
                 sums.delegates[backend][1] += calls
             elif event.name == OPERATOR_CALL and not event.is_delegated_op:
                 mine.cpu_ops_ms += ms
-                name = (
-                    event.op_types[0] if event.op_types else kernels.get(event._instruction_id, "unknown op")
-                )
+                name = op_name(event.op_types or [], kernels.get(event._instruction_id))
                 sums.add_op(name, CPU, ms, calls, dump.program)
             elif event.is_delegated_op:
                 sums.add_op(
