@@ -51,6 +51,7 @@ _env = jinja2.Environment(
 _env.globals.update(
     tracker=tracker,
     backend_columns=views.backend_columns,
+    backend_classes=views.backend_classes,
     share_colour=views.share_colour,
     compact=views.compact,
     duration=views.duration_text,

@@ -56,6 +56,11 @@ def backend_columns(backend: str) -> list[str]:
     return [*tracker.columns(backend)[1:], DEVICE_COLUMN]
 
 
+def backend_classes(classes: Sequence[str], backend: str) -> list[str]:
+    """The device classes, of ``classes``, that run ``backend``: those its device column heading names."""
+    return [name for name in classes if device_classes.backend_of(name) == backend]
+
+
 def share_tone(share: float | None) -> str:
     if share is None:
         return "plain"
