@@ -28,6 +28,11 @@ DEFAULT_BACKENDS = list(catalog.BACKENDS)
 ADMIN_TOKEN_FILE = "admin-token"
 
 
+# kombu's filesystem transport ignores the host, but a URL without one makes every connection log "No
+# hostname was supplied. Reverting to default 'localhost'" among the first lines `coverfarm up` prints.
+EMBEDDED_BROKER_URL = "filesystem://localhost/"
+
+
 class Settings(BaseSettings):
     # Nested: COVERFARM_TIMING__INTERVAL_WIDTH=0.05 sets timing.interval_width.
     model_config = SettingsConfigDict(env_prefix="COVERFARM_", env_nested_delimiter="__", extra="ignore")
@@ -138,7 +143,7 @@ class Settings(BaseSettings):
 
     @property
     def celery_broker_url(self) -> str:
-        return self.broker_url or "filesystem://"
+        return self.broker_url or EMBEDDED_BROKER_URL
 
     @property
     def broker_dir(self) -> Path:

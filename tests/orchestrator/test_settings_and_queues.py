@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +28,7 @@ def test_embedded_default_lives_in_home(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("COVERFARM_POLICIES", "act, vqbet")
     settings = Settings()
     assert settings.sqlalchemy_url == f"sqlite:///{tmp_path}/coverfarm.db"
-    assert settings.celery_broker_url == "filesystem://"
+    assert settings.celery_broker_url == "filesystem://localhost/"
     assert settings.policies == ["act", "vqbet"]
     assert settings.read_admin_token() is None
     token = settings.ensure_admin_token()
@@ -69,7 +70,7 @@ def test_celery_is_json_only_late_ack_and_outlives_the_longest_job(tmp_path: Pat
 
 def test_embedded_broker_is_a_folder_in_home(tmp_path: Path) -> None:
     conf = make_celery(Settings(home=tmp_path)).conf
-    assert conf.broker_url == "filesystem://"
+    assert conf.broker_url == "filesystem://localhost/"
     assert conf.broker_transport_options["data_folder_in"] == str(tmp_path / "broker")
     assert conf.broker_transport_options["control_folder"] == str(tmp_path / "broker" / "control")
     assert (tmp_path / "broker").is_dir()
@@ -89,3 +90,14 @@ def test_default_names_are_what_the_engine_supports() -> None:
     # Every policy with an adapter is offered; the others keep their rows with the cause as a result.
     assert set(policies) <= set(DEFAULT_POLICIES)
     assert sorted(DEFAULT_BACKENDS) == backends
+
+
+def test_the_embedded_broker_connects_without_kombus_hostname_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The URL names its host, so a connection to it does not log kombu's "No hostname was supplied"."""
+    app = make_celery(Settings(home=tmp_path))
+    with caplog.at_level(logging.WARNING, logger="kombu.connection"), app.connection_for_write() as conn:
+        conn.connect()
+        assert conn.info()["hostname"] == "localhost"
+    assert not [r for r in caplog.records if "hostname" in r.getMessage()]
