@@ -361,14 +361,19 @@ def _settle_queued_run(session: Session, cell_jobs: list[Job], device_class: str
 
 def import_batch(session: Session, documents: list[dict[str, Any]], settings: Settings) -> ImportedBatch:
     """Every document of an offline run's directory, or none: the first refusal names its document
-    and the request's transaction rolls back whatever the earlier ones wrote."""
-    imported = []
-    for index, document in enumerate(documents):
+    and the request's transaction rolls back whatever the earlier ones wrote.
+
+    The device results go in before the baselines, whatever their order in the batch: a baseline pairs
+    with the runner's stored device runs of its policy, so one read before its runs (``baseline-act.json``
+    sorts before most sha256 names) would miss them. ``imported`` keeps the batch's order."""
+    results_first = sorted(range(len(documents)), key=lambda i: "bundle_sha256" not in documents[i])
+    imported: dict[int, Imported] = {}
+    for index in results_first:
         try:
-            imported.append(import_document(session, document, settings))
+            imported[index] = import_document(session, documents[index], settings)
         except (Forbidden, Unprocessable) as error:
             raise type(error)(f"result {index + 1} of {len(documents)}: {error}") from None
-    return ImportedBatch(imported=imported)
+    return ImportedBatch(imported=[imported[index] for index in range(len(documents))])
 
 
 def sweep_bundles(

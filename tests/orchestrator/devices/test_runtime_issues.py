@@ -161,3 +161,33 @@ def test_an_offline_hosts_signed_baseline_gives_its_run_a_speedup(
     assert client.get(f"/api/artifacts/{bundle.sha256}/programs/none.pte", headers=admin).status_code == 404
     assert client.get(f"/api/artifacts/{bundle.sha256}/programs//x.pte", headers=admin).status_code == 422
     assert client.get(f"/api/artifacts/{'0' * 64}/manifest.json", headers=admin).status_code == 404
+
+
+def test_a_batch_pairs_its_baseline_with_runs_that_come_after_it(
+    client: TestClient, admin: dict[str, str], sessions: sessionmaker[Session], settings: Settings,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """An offline host's directory is imported in its files' order, and ``baseline-act.json`` sorts
+    before most sha256 names: the baseline still pairs with every device run of the batch."""
+    private_key, public_key = new_key_pair()
+    body = {"name": "air-gapped", "device_classes": [CLASS], "signing_key": public_key}
+    runner_id = client.post("/api/runners/offline", headers=admin, json=body).json()["runner_id"]
+    asked = {"policies": ["act"], "backends": ["xnnpack"], "device_classes": [CLASS]}
+    sweep = client.post("/api/sweeps", headers=admin, json=asked).json()
+    bundle = lower_with_bundle(sessions, settings, sweep["cells"][0]["jobs"][0]["id"], "act", tmp_path)
+    eager = BaselineResult(
+        policy="act", options=Options(), frames=16, torch_version="2.11.0", threads=16, status="ok",
+        latency=LatencyStats.model_validate(trusted_latency(70.0)), host_id=HOST,
+    ).model_dump(mode="json")  # fmt: skip
+    run = {**device_result(bundle.sha256, 25.0), "latency": trusted_latency(25.0), "host_id": HOST}
+    batch = [sign(eager, runner_id, private_key), sign(run, runner_id, private_key)]
+    stored = client.post("/api/results/import-batch", headers=admin, json={"results": batch})
+    assert stored.status_code == 201, stored.text
+    kinds = [(item["kind"], item["cells"]) for item in stored.json()["imported"]]
+    assert kinds == [("baseline", [sweep["cells"][0]["id"]]), ("device_result", [sweep["cells"][0]["id"]])]
+    with sessions() as session:
+        stored_sweep = session.get(Sweep, sweep["id"])
+        assert stored_sweep is not None
+        assert grid_device_texts(session, stored_sweep)[("act", "xnnpack")] == {
+            CLASS: "✓ 25 ms (2.8×, 2.7–2.9)"
+        }
