@@ -39,10 +39,19 @@ def baselines(session: Session, cells: Sequence[Cell]) -> dict[Key, BaselineResu
     return {(row.cell_id, row.device_class): BaselineResult.model_validate(row.document) for row in rows}
 
 
+def shown_classes(session: Session, sweep_id: int, asked: Sequence[str]) -> list[str]:
+    """The device classes a sweep's cells get a column for: those the sweep asked for, then every other
+    class with a stored run of one of its cells (an offline host's import: ``sweep bundles --class``
+    needs no class in the sweep), by name."""
+    stored = repository.run_classes_of_sweep(session, sweep_id)
+    return [*asked, *(name for name in stored if name not in asked)]
+
+
 def device_inputs(
     session: Session, cells: Sequence[Cell], classes: Sequence[str]
 ) -> dict[int, list[DeviceInput]]:
-    """Cell id -> one input per device class in ``classes`` (the sweep's), in that order."""
+    """Cell id -> one input per device class in ``classes`` (the sweep's, ``shown_classes``), in that
+    order."""
     ids = [cell.id for cell in cells]
     run_rows = {(r.cell_id, r.device_class): r for r in repository.runs_of_cells(session, ids)}
     timer_rows = {(b.cell_id, b.device_class): b for b in repository.baselines_of_cells(session, ids)}

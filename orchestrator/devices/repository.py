@@ -80,6 +80,12 @@ def silent_live(session: Session, before: datetime) -> Sequence[Runner]:
     ).all()
 
 
+def run_classes_of_sweep(session: Session, sweep_id: int) -> list[str]:
+    """The device classes with a stored run of one of the sweep's cells, by name."""
+    query = select(DeviceRun.device_class).join(Cell, Cell.id == DeviceRun.cell_id)
+    return sorted(set(session.scalars(query.where(Cell.sweep_id == sweep_id))))
+
+
 def enrolled_classes(session: Session) -> set[str]:
     """Device classes some runner that is not revoked serves."""
     rows = session.scalars(select(Runner.device_classes).where(Runner.state != RunnerState.REVOKED.value))

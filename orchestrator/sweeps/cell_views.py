@@ -14,7 +14,7 @@ from coverfarm.cell_build import Cell as CellInput
 from coverfarm.cell_build import DeviceInput, build
 from coverfarm.cell_view import CellView
 from coverfarm.result import Options, ResultDocument
-from orchestrator.devices.grid import device_inputs
+from orchestrator.devices.grid import device_inputs, shown_classes
 from orchestrator.models import Cell, Sweep
 from orchestrator.sweeps.public_views import cpu_jobs
 from orchestrator.workers.service import Live, live
@@ -51,7 +51,7 @@ def plain_views(sweep: Sweep) -> dict[int, CellView]:
 def sweep_views(session: Session, sweep: Sweep) -> dict[int, CellView]:
     """Cell id -> view, with a device column per device class of the sweep, and why a cell waits for a
     worker when it does."""
-    return views_of(session, sweep.cells, sweep.device_classes)
+    return views_of(session, sweep.cells, shown_classes(session, sweep.id, sweep.device_classes))
 
 
 def views_of(

@@ -168,11 +168,13 @@ def test_a_batch_pairs_its_baseline_with_runs_that_come_after_it(
     tmp_path: Path,
 ) -> None:  # fmt: skip
     """An offline host's directory is imported in its files' order, and ``baseline-act.json`` sorts
-    before most sha256 names: the baseline still pairs with every device run of the batch."""
+    before most sha256 names: the baseline still pairs with every device run of the batch. The sweep
+    asked for no device class (``sweep bundles --class`` needs none): its grid, cell page and report
+    show the imported class's column all the same."""
     private_key, public_key = new_key_pair()
     body = {"name": "air-gapped", "device_classes": [CLASS], "signing_key": public_key}
     runner_id = client.post("/api/runners/offline", headers=admin, json=body).json()["runner_id"]
-    asked = {"policies": ["act"], "backends": ["xnnpack"], "device_classes": [CLASS]}
+    asked = {"policies": ["act"], "backends": ["xnnpack"]}
     sweep = client.post("/api/sweeps", headers=admin, json=asked).json()
     bundle = lower_with_bundle(sessions, settings, sweep["cells"][0]["jobs"][0]["id"], "act", tmp_path)
     eager = BaselineResult(
@@ -191,3 +193,7 @@ def test_a_batch_pairs_its_baseline_with_runs_that_come_after_it(
         assert grid_device_texts(session, stored_sweep)[("act", "xnnpack")] == {
             CLASS: "✓ 25 ms (2.8×, 2.7–2.9)"
         }
+    assert CLASS in client.get(f"/sweeps/{sweep['id']}").text  # the device column's heading
+    assert "2.8×" in text_of(client.get(f"/cells/{sweep['cells'][0]['id']}").text)
+    report = client.get(f"/api/sweeps/{sweep['id']}/report.md").text
+    assert CLASS in report and "✓ 25 ms (2.8×, 2.7–2.9)" in report
