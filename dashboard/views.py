@@ -155,12 +155,22 @@ def device_fields(view: CellView) -> dict[str, Field]:
     return {name: device_class_field(name, column) for name, column in view.devices.items()}
 
 
+def _runs(device_class: str, backend: str) -> bool:
+    try:
+        return device_classes.backend_of(device_class) == backend
+    except ValueError:
+        return False
+
+
 def device_field(view: CellView, per_class: dict[str, Field] | None = None) -> Field:
-    """The device column: one "class: text" per device class of the sweep (the text alone for one),
-    from ``per_class`` (``device_fields``, made here when not given)."""
+    """The device column: one "class: text" per device class of the sweep that runs the cell's backend
+    (the text alone for one), from ``per_class`` (``device_fields``, made here when not given); the
+    classes of other backends ("-" each) are left out unless no class runs it."""
     if not view.devices:
         return _field(view.device, tracker.device_text(view.device))
     per_class = device_fields(view) if per_class is None else per_class
+    own = {name: field_ for name, field_ in per_class.items() if _runs(name, view.backend)}
+    per_class = own or per_class
     if len(per_class) == 1:
         shown = "; ".join(field_.text for field_ in per_class.values())
     else:
