@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-import torch
+import json
+import subprocess
+import sys
+from pathlib import Path
 
-from worker.child.events import error_fields
+import torch
+from farmkit import ROOT
+
+from worker.child.events import error_fields, subprocess_output
 
 
 def test_the_message_carries_the_exception_it_was_raised_while_handling() -> None:
@@ -52,3 +58,35 @@ def test_a_cycle_in_the_chain_ends() -> None:
     first, second = ValueError("a"), ValueError("b")
     first.__context__, second.__context__ = second, first
     assert error_fields(first)["message"].splitlines() == ["a", "caused by ValueError: b"]
+
+
+def test_a_failed_subprocess_gives_its_own_words() -> None:
+    captured = subprocess.CalledProcessError(1, ["flatc"], stderr=b"error:\n  schema.json:1: 7: bad value\n")
+    assert error_fields(captured)["message"].splitlines() == [
+        "Command '['flatc']' returned non-zero exit status 1.",
+        "its output: error: / schema.json:1: 7: bad value",
+    ]
+    assert subprocess_output(ValueError("not a subprocess")) is None
+
+
+def test_an_uncaptured_subprocess_is_read_back_from_the_stage_log(tmp_path: Path) -> None:
+    """ExecuTorch runs flatc with check=True and nothing captured: its words go to the stage child's
+    stderr, the stage log, and the error event takes them from there."""
+    child = f"""
+import json, subprocess, sys
+from worker.child.events import error_fields
+print("INFO:root:    aten.eq.Scalar", file=sys.stderr, flush=True)
+try:
+    subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write('error:\\\\n  schema.json:1: 1924: '"
+                    "'error: cannot parse value starting with: -\\\\n'); sys.exit(1)"], check=True)
+except subprocess.CalledProcessError as error:
+    print(json.dumps(error_fields(error)), file=open({str(tmp_path / "fields.json")!r}, "w"))
+"""
+    log = tmp_path / "lower.log"
+    with log.open("wb") as out:
+        subprocess.run([sys.executable, "-c", child], stdout=out, stderr=subprocess.STDOUT, check=True,
+                       cwd=ROOT)  # fmt: skip
+    message = json.loads((tmp_path / "fields.json").read_text())["message"]
+    assert message.splitlines()[-1] == (
+        "its output: error: / schema.json:1: 1924: error: cannot parse value starting with: -"
+    )
