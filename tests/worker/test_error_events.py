@@ -75,6 +75,7 @@ def test_an_uncaptured_subprocess_is_read_back_from_the_stage_log(tmp_path: Path
     child = f"""
 import json, subprocess, sys
 from worker.child.events import error_fields
+print("W" * 20000, file=sys.stderr)  # a log longer than the tail read back: its first line is cut
 print("INFO:root:    aten.eq.Scalar", file=sys.stderr, flush=True)
 try:
     subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write('error:\\\\n  schema.json:1: 1924: '"

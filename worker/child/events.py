@@ -48,10 +48,13 @@ def _log_tail(fd: int = 2) -> str:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return ""
         with open(f"/proc/self/fd/{fd}", "rb") as log:
-            log.seek(max(0, log.seek(0, os.SEEK_END) - OUTPUT_TAIL_BYTES))
-            return log.read().decode("utf-8", "replace")
+            start = max(0, log.seek(0, os.SEEK_END) - OUTPUT_TAIL_BYTES)
+            log.seek(start)
+            tail = log.read().decode("utf-8", "replace")
     except OSError:
         return ""
+    # Read from the middle of the log, the first line is a piece of one.
+    return tail.partition("\n")[2] if start > 0 else tail
 
 
 def subprocess_output(error: BaseException) -> str | None:
