@@ -117,8 +117,9 @@ def _chosen(sweep: SweepSummary, stack: list[str] | None) -> list[str]:
     return chosen
 
 
-def _summary(session: Session, sweep_id: int) -> SweepSummary:
-    """The sweep's summary with the device classes its grid shows: those asked for and those imported."""
+def grid_summary(session: Session, sweep_id: int) -> SweepSummary:
+    """The sweep's summary with the device classes its grid shows (``shown_classes``): those asked for
+    and those with a stored run. ``grid_of`` takes its columns from it."""
     sweep = summaries.summary(session, sweep_id)
     return sweep.model_copy(update={"device_classes": shown_classes(session, sweep.id, sweep.device_classes)})
 
@@ -126,16 +127,16 @@ def _summary(session: Session, sweep_id: int) -> SweepSummary:
 def grid_of(session: Session, sweep: SweepSummary, cells: list[Cell], chosen: list[str]) -> views.Grid:
     """The grid of some of the sweep's stored cells, with their device columns and why a cell waits
     for a worker; the ``chosen`` stacks (default: the sweep's first), side by side when
-    several. Each cell is read once: its row (the state kept on it) and its view."""
-    classes = shown_classes(session, sweep.id, sweep.device_classes)
-    cell_views_ = cell_views.views_of(session, cells, classes, workers.live(session))
+    several. Each cell is read once: its row (the state kept on it) and its view. ``sweep`` is a
+    ``grid_summary``: its device classes are those the grid shows."""
+    cell_views_ = cell_views.views_of(session, cells, sweep.device_classes, workers.live(session))
     stacks = cell_views.release_order(list(sweep.stacks), cells, cell_views_)
     return views.grid(sweep.backends, cells, cell_views_, stacks, chosen or list(sweep.stacks)[:1])
 
 
 def _page(session: SessionDep, sweep_id: int, offset: int, stack: list[str] | None = None) -> dict[str, Any]:
     """A grid page: the sweep's summary (counted in the database) and one page of its rows."""
-    sweep = _summary(session, sweep_id)
+    sweep = grid_summary(session, sweep_id)
     chosen = _chosen(sweep, stack)
     grid = grid_of(session, sweep, pages.cells_of_rows(session, sweep, offset, ROWS), chosen)
     # The stacks shown are named in every link the page follows (its next rows, live.json), so that
@@ -197,7 +198,7 @@ def sweep_rows(
 ) -> JSONResponse:
     """The sweep's rows from ``offset``, rendered as the page renders its own (``rows``), and what goes
     below them (``more``: the next rows' link, empty after the last)."""
-    sweep = _summary(session, sweep_id)
+    sweep = grid_summary(session, sweep_id)
     chosen = _chosen(sweep, stack)
     grid = grid_of(session, sweep, pages.cells_of_rows(session, sweep, offset, limit), chosen)
     macros = _macros()
@@ -229,7 +230,7 @@ def sweep_live(
     square of the cells asked for (``cells``, else those of ``rows`` rows from ``offset``, else of the
     page's rows) of the stacks shown, as the page renders them, and the sweep's state and progress,
     counted in the database. The script formats nothing itself."""
-    sweep = _summary(session, sweep_id)
+    sweep = grid_summary(session, sweep_id)
     chosen = _chosen(sweep, stack)
     if cells:
         stored = pages.cells_by_id(session, sweep_id, cells)

@@ -57,8 +57,9 @@ def backend_columns(backend: str) -> list[str]:
 
 
 def backend_classes(classes: Sequence[str], backend: str) -> list[str]:
-    """The device classes, of ``classes``, that run ``backend``: those its device column heading names."""
-    return [name for name in classes if device_classes.backend_of(name) == backend]
+    """The device classes, of ``classes``, that run ``backend``: those its device column heading and its
+    cells name (a malformed name runs none)."""
+    return [name for name in classes if _runs(name, backend)]
 
 
 def share_tone(share: float | None) -> str:
@@ -169,8 +170,8 @@ def device_field(view: CellView, per_class: dict[str, Field] | None = None) -> F
     if not view.devices:
         return _field(view.device, tracker.device_text(view.device))
     per_class = device_fields(view) if per_class is None else per_class
-    own = {name: field_ for name, field_ in per_class.items() if _runs(name, view.backend)}
-    per_class = own or per_class
+    own = backend_classes(list(per_class), view.backend)
+    per_class = {name: per_class[name] for name in own} or per_class
     if len(per_class) == 1:
         shown = "; ".join(field_.text for field_ in per_class.values())
     else:

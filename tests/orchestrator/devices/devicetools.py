@@ -19,21 +19,21 @@ from coverfarm.device_result import (
 )
 from coverfarm.result import Blocker, Bundle, Options, ResultDocument, StageResult, StageStatus
 from coverfarm.settings import Settings
-from dashboard.endpoints import grid_of
+from dashboard.endpoints import grid_of, grid_summary
 from orchestrator.artifacts import repository as artifacts
 from orchestrator.artifacts.store import ArtifactStore
 from orchestrator.jobs import service as jobs
 from orchestrator.models import Job, Sweep
-from orchestrator.sweeps import pages, summaries
+from orchestrator.sweeps import pages
 
 CLASS = "cpu-x86_64-xnnpack"
 
 
 def grid_device_texts(session: Session, sweep: Sweep) -> dict[tuple[str, str], dict[str, str]]:
     """(policy, backend) → {device class: its device column's text}, as the grid renders the sweep's
-    cells (of its first stack) on its pages: ``dashboard.endpoints.grid_of``, the path every grid
-    page and live update takes."""
-    summary = summaries.summary(session, sweep.id)
+    cells (of its first stack) on its pages: ``dashboard.endpoints.grid_summary`` and ``grid_of``, the
+    path every grid page and live update takes."""
+    summary = grid_summary(session, sweep.id)
     cells = pages.cells_of_rows(session, summary, 0, len(summary.policies))
     grid = grid_of(session, summary, cells, [])
     return {

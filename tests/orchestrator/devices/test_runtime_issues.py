@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 import re
 from pathlib import Path
+from typing import Any
 
 from devicetools import (
     CLASS,
@@ -23,7 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from coverfarm.baseline import BaselineResult
 from coverfarm.device_result import LatencyStats, RuntimeIdentity
-from coverfarm.result import Options
+from coverfarm.result import Bundle, Options
 from coverfarm.settings import Settings
 from farmrun.signing import new_key_pair, sign
 from gpu_runner.native.failures import classify_exit
@@ -100,6 +101,25 @@ def test_a_refusal_is_a_short_cell_a_built_on_line_and_a_runtime_known_issue(
     assert "Its last lines (signal 6)" in page or "Its last lines (exit status" in page
 
 
+def offline_act(
+    client: TestClient, admin: dict[str, str], sessions: sessionmaker[Session], settings: Settings,
+    tmp_path: Path, device_classes: list[str],
+) -> tuple[int, str, dict[str, Any], Bundle, dict[str, Any]]:  # fmt: skip
+    """An offline runner of CLASS (its id and private key), a sweep of act on XNNPACK asking for
+    ``device_classes``, its lowered bundle, and an eager baseline document of 70 ms from that host."""
+    private_key, public_key = new_key_pair()
+    body = {"name": "air-gapped", "device_classes": [CLASS], "signing_key": public_key}
+    runner_id = client.post("/api/runners/offline", headers=admin, json=body).json()["runner_id"]
+    asked = {"policies": ["act"], "backends": ["xnnpack"], "device_classes": device_classes}
+    sweep = client.post("/api/sweeps", headers=admin, json=asked).json()
+    bundle = lower_with_bundle(sessions, settings, sweep["cells"][0]["jobs"][0]["id"], "act", tmp_path)
+    eager = BaselineResult(
+        policy="act", options=Options(), frames=16, torch_version="2.11.0", threads=16, status="ok",
+        latency=LatencyStats.model_validate(trusted_latency(70.0)), host_id=HOST,
+    ).model_dump(mode="json")  # fmt: skip
+    return runner_id, private_key, sweep, bundle, eager
+
+
 def test_an_offline_hosts_signed_baseline_gives_its_run_a_speedup(
     client: TestClient, admin: dict[str, str], sessions: sessionmaker[Session], settings: Settings,
     tmp_path: Path,
@@ -107,16 +127,9 @@ def test_an_offline_hosts_signed_baseline_gives_its_run_a_speedup(
     """The eager baseline a host that cannot reach the farm timed comes back signed like its results,
     pairs with that runner's device runs of the policy, and gives the cell its speed-up when both sides
     are trusted measurements of that runner on that host."""
-    private_key, public_key = new_key_pair()
-    body = {"name": "air-gapped", "device_classes": [CLASS], "signing_key": public_key}
-    runner_id = client.post("/api/runners/offline", headers=admin, json=body).json()["runner_id"]
-    asked = {"policies": ["act"], "backends": ["xnnpack"], "device_classes": [CLASS]}
-    sweep = client.post("/api/sweeps", headers=admin, json=asked).json()
-    bundle = lower_with_bundle(sessions, settings, sweep["cells"][0]["jobs"][0]["id"], "act", tmp_path)
-    eager = BaselineResult(
-        policy="act", options=Options(), frames=16, torch_version="2.11.0", threads=16, status="ok",
-        latency=LatencyStats.model_validate(trusted_latency(70.0)), host_id=HOST,
-    ).model_dump(mode="json")  # fmt: skip
+    runner_id, private_key, sweep, bundle, eager = offline_act(
+        client, admin, sessions, settings, tmp_path, [CLASS]
+    )
 
     early = client.post("/api/results/import", headers=admin, json=sign(eager, runner_id, private_key))
     assert early.status_code == 422 and "no device run of act" in early.json()["detail"][0]["msg"]
@@ -171,16 +184,9 @@ def test_a_batch_pairs_its_baseline_with_runs_that_come_after_it(
     before most sha256 names: the baseline still pairs with every device run of the batch. The sweep
     asked for no device class (``sweep bundles --class`` needs none): its grid, cell page and report
     show the imported class's column all the same."""
-    private_key, public_key = new_key_pair()
-    body = {"name": "air-gapped", "device_classes": [CLASS], "signing_key": public_key}
-    runner_id = client.post("/api/runners/offline", headers=admin, json=body).json()["runner_id"]
-    asked = {"policies": ["act"], "backends": ["xnnpack"]}
-    sweep = client.post("/api/sweeps", headers=admin, json=asked).json()
-    bundle = lower_with_bundle(sessions, settings, sweep["cells"][0]["jobs"][0]["id"], "act", tmp_path)
-    eager = BaselineResult(
-        policy="act", options=Options(), frames=16, torch_version="2.11.0", threads=16, status="ok",
-        latency=LatencyStats.model_validate(trusted_latency(70.0)), host_id=HOST,
-    ).model_dump(mode="json")  # fmt: skip
+    runner_id, private_key, sweep, bundle, eager = offline_act(
+        client, admin, sessions, settings, tmp_path, []
+    )
     run = {**device_result(bundle.sha256, 25.0), "latency": trusted_latency(25.0), "host_id": HOST}
     batch = [sign(eager, runner_id, private_key), sign(run, runner_id, private_key)]
     stored = client.post("/api/results/import-batch", headers=admin, json={"results": batch})
