@@ -20,6 +20,9 @@ RUNTIME_FAILURES = {"refused_at_load": REFUSED_AT_LOAD, "crashed": CRASHED_WHILE
 MISSING_OPERATOR = "Missing operator: "
 
 _RAISED_FROM = re.compile(r"Exception raised from \S+ at (?:\S*/)?(?P<where>[^/\s]+:\d+): ")
+# Where a check sits in the runtime's source: "IndexTensor.cpp:76".
+_CHECK_PLACE = re.compile(r"\b[\w-]+\.(?:cpp|cc|c|h|hpp|mm):\d+")
+MORE = "…"  # the rest is in the tooltip and on the cell's page
 
 
 def short_message(message: str) -> str:
@@ -30,6 +33,20 @@ def short_message(message: str) -> str:
     if MISSING_OPERATOR in text:  # the graph builder's assert: what it lacks says it all
         return text[text.index(MISSING_OPERATOR) :].strip()
     return _RAISED_FROM.sub(lambda m: f"{m.group('where')}: ", text).strip()
+
+
+def compact(cause: str, limit: int = 60) -> str:
+    """A failure's words as a grid cell shows them: up to the place of the check that failed
+    ("refused at load: forward: IndexTensor.cpp:76 …"), else cut at a word within ``limit`` characters;
+    ``MORE`` marks what was left out (the cell's tooltip and page keep it all)."""
+    place = _CHECK_PLACE.search(cause)
+    if place is not None and place.end() <= limit:
+        head = cause[: place.end()]
+    elif len(cause) <= limit:
+        return cause
+    else:
+        head = cause[:limit].rsplit(" ", 1)[0].rstrip(" :;,")
+    return head if head == cause.rstrip() else f"{head} {MORE}"
 
 
 def runtime_failure(kind: str, message: str, program: str | None = None) -> str | None:

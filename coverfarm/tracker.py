@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from coverfarm import backends
+from coverfarm import backends, device_words
 from coverfarm.cell_build import document_view
 from coverfarm.cell_change import ColumnChange, Direction
 from coverfarm.cell_view import CellView, Column, Kind, Latency, OffRelease
@@ -141,22 +141,25 @@ def _latency_text(latency: Latency, known: bool) -> str:
     return figure + speedup_text(latency)
 
 
-def _device_text(column: Column) -> str:
+def _device_text(column: Column, compact: bool) -> str:
     if column.kind in (Kind.VALUE, Kind.UNSTABLE) and column.latency is not None:
         return _latency_text(column.latency, column.kind is Kind.VALUE)
     if column.kind is Kind.FAILED:
-        return f"{FAILED} {column.cause or 'failed'}"
+        cause = column.cause or "failed"
+        return f"{FAILED} {device_words.compact(cause) if compact else cause}"
     if column.kind is Kind.NO_DEVICE:
         return NO_DEVICE
     return _PLAIN[column.kind]
 
 
-def device_text(column: Column) -> str:
+def device_text(column: Column, compact: bool = False) -> str:
     """A device cell: "✓ 12.3 ms (4.1×, 3.9–4.3)" (figure and speed-up known), "✓ 12.3 ms (~4.1×, 2.9–5.3
     wide)", "~25 ms" (its own interval wide or missing), "❌ cause", "⏳", "no device";
     "⚠ runtime 1.5.0" after it when the run's runtime is not the stack's release, "⚗ with #22786" when
-    it was built with a candidate fix, "↺" when the run is a stored one of the cell's reuse key."""
-    text = _device_text(column)
+    it was built with a candidate fix, "↺" when the run is a stored one of the cell's reuse key.
+    ``compact`` (the grid's cells) cuts a failure's cause to the check that failed
+    (``device_words.compact``): its tooltip (``device_hint``) carries it whole."""
+    text = _device_text(column, compact)
     if column.off_release is not None:
         text += f" {off_release_label(column.off_release)}"
     if column.patches:
@@ -215,7 +218,7 @@ def device_hint(device_class: str, column: Column) -> str:
         parts.append(off_release_hint(flag) + (f" ({flag.note})" if flag.note else ""))
     if column.patches:
         parts.append(candidate_fix_hint(column.patches))
-    if latency is not None and column.cause:
+    if column.cause and (latency is not None or column.kind is Kind.FAILED):
         parts.append(column.cause)
     if column.reused:
         parts.append(f"{REUSED} the stored run of an earlier cell of the same reuse key and bundle")

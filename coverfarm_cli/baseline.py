@@ -29,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--frames",
         type=int,
         default=16,
-        help="the bundle's frames, 1-16 (16): timed chunks cycle over them unless --inputs frame0",
+        help="the bundle's frames, 1-16 (16): timed chunks cycle over them unless --inputs frame0; a "
+        "policy that stacks a history of observations has frame 0 alone, as its bundle",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights (0)")
     parser.add_argument(

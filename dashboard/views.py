@@ -146,9 +146,8 @@ def device_class_field(device_class: str, column: Column) -> Field:
     """One device class's column of a cell, on its own (the progress view has a column per class)."""
     hint = tracker.device_hint(device_class, column)
     tone = KIND_TONES[column.kind]
-    return Field(
-        tracker.device_text(column), tone, None, hint, None, column.kind, column.off_release is not None
-    )
+    text = tracker.device_text(column, compact=True)
+    return Field(text, tone, None, hint, None, column.kind, column.off_release is not None)
 
 
 def device_fields(view: CellView) -> dict[str, Field]:
@@ -168,7 +167,7 @@ def device_field(view: CellView, per_class: dict[str, Field] | None = None) -> F
     (the text alone for one), from ``per_class`` (``device_fields``, made here when not given); the
     classes of other backends ("-" each) are left out unless no class runs it."""
     if not view.devices:
-        return _field(view.device, tracker.device_text(view.device))
+        return _field(view.device, tracker.device_text(view.device, compact=True))
     per_class = device_fields(view) if per_class is None else per_class
     own = backend_classes(list(per_class), view.backend)
     per_class = {name: per_class[name] for name in own} or per_class

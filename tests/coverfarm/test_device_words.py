@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from coverfarm.device_result import DeviceFailure
-from coverfarm.device_words import REFUSED_AT_LOAD, runtime_failure, short_message
+from coverfarm.device_words import MORE, REFUSED_AT_LOAD, compact, runtime_failure, short_message
 
 RAISED = (
     "Exception raised from add_node at /src/executorch/backends/vulkan/runtime/graph/ops/impl/"
@@ -31,3 +31,15 @@ def test_a_refusal_reads_the_same_in_the_grid_and_in_the_shared_words() -> None:
     assert runtime_failure("wrong_output", RAISED) is None
     wrong = DeviceFailure(kind="wrong_output", cause="max abs error 3.1", message=RAISED)
     assert wrong.short_cause == "max abs error 3.1"
+
+
+def test_a_grid_cell_keeps_a_failure_up_to_the_check_that_failed() -> None:
+    said = runtime_failure("refused_at_load", RAISED, "forward")
+    assert said is not None
+    assert compact(said) == f"refused at load: forward: IndexTensor.cpp:76 {MORE}"
+    # Without a check's place: cut at a word, the cut marked; a short cause stays whole.
+    words = "crashed while running: killed by signal 9 after the host ran out of memory in denoise_step"
+    cut = compact(words)
+    assert cut.endswith(f" {MORE}") and len(cut) <= 62 and words.startswith(cut.removesuffix(f" {MORE}"))
+    assert compact("max abs error 3.1") == "max abs error 3.1"
+    assert compact("refused at load: forward: Shader.cpp:12") == "refused at load: forward: Shader.cpp:12"

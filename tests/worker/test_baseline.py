@@ -97,3 +97,17 @@ def test_the_baseline_runs_on_the_cpus_its_process_may_use(tmp_path: Path) -> No
     assert result.cpus.busy is not None and result.cores == os.cpu_count()
     assert result.latency is not None and result.latency.replicas[0].cpus == result.cpus
     assert "timing on 1 torch threads (1 of" in run.stderr and "CPU quota 0.5" in run.stderr
+
+
+@pytest.mark.real_policy
+def test_a_policy_with_a_frame_history_is_timed_on_its_bundles_frame() -> None:
+    """vqbet stacks a history of observations, so its bundle holds frame 0 alone (the trace's rule): its
+    baseline cycles over that frame whatever ``frames`` asks, and the speed-up's sides time the same
+    inputs (16 frames against the device's 1 refused every such cell's speed-up)."""
+    result = measure_baseline("vqbet", Options(frames=16), QUICK)
+    assert result.status == "ok", result.error
+    assert result.frames == 1 and result.latency is not None and result.latency.frames == 1
+    device = DeviceResult(
+        bundle_sha256="0" * 64, status="ok", latency=result.latency.model_copy(), host_id=result.host_id
+    )
+    assert not [reason for reason in speedup(result, device).reasons if "different inputs" in reason]

@@ -4,7 +4,8 @@ The policy is built by the engine's own adapter (``worker.trace.policies.registr
 it (same seed, checkpoint and frames), and one action chunk is the adapter's chunk plan run with its
 eager modules under ``torch.no_grad`` — exactly what computes a bundle's reference outputs. The chunks
 cycle over the bundle's frames (``TimingRules.inputs``; frame 0 alone as an option), as the device run
-does, under the rules' time bounds (``farmrun.stats.timed_loop``), with as many torch threads as the
+does: frame 0 alone for a policy that stacks a history of observations, whose bundle holds no other.
+They run under the rules' time bounds (``farmrun.stats.timed_loop``), with as many torch threads as the
 process has CPUs to itself (``farmrun.cpu_share``: its affinity mask less the busy CPUs, capped by its
 cgroup's quota; all three recorded). Each replica runs in a fresh child process
 (``python -m worker.bundle.baseline``) bounded per phase by the options' ``timeout_s``, so the caller never
@@ -78,6 +79,7 @@ def measure_baseline(
     if parts:
         result.latency = combine(parts, rules)
         result.latency.method = LATENCY_METHOD
+        result.latency.frames = result.frames
         mark_isolation(result.latency, isolation)
     return result
 
@@ -126,6 +128,7 @@ def _fold(run: StageRun, rules: TimingRules, result: BaselineResult, timeout_s: 
         cpus = result.cpus = CpuShare.model_validate(built["cpus"])
         result.threads, result.cores = built["threads"], cpus.cores
         result.free_cores = threads_for(cpus.affinity, None, cpus.busy)
+        result.frames = built.get("frames", result.frames)  # fewer for a policy with a frame history
     latency = None
     # Each sample is logged as it is taken, so a timing phase cut at its bound keeps its samples.
     samples = [event["ms"] for event in run.events if event["event"] == "sample"]
@@ -168,6 +171,7 @@ def _child(args: argparse.Namespace, log: EventLog) -> None:
     import torch
 
     from worker.trace.policies.registry import get_adapter
+    from worker.trace.stage import history_steps
 
     rules = TimingRules.model_validate_json(args.rules)
     log.emit(
@@ -178,13 +182,19 @@ def _child(args: argparse.Namespace, log: EventLog) -> None:
     )
     start = time.perf_counter()
     traced = get_adapter(args.policy)(seed=args.seed, checkpoint=args.checkpoint)
-    frames = [traced.make_frame(i) for i in range(args.frames)]
+    # A policy that stacks a history of observations has a bundle of frame 0 alone (the trace's rule,
+    # worker.trace.stage.write_trace): its device run cycles over that one, and so does its baseline.
+    count = 1 if history_steps(traced) > 1 else args.frames
+    frames = [traced.make_frame(i) for i in range(count)]
     seconds = time.perf_counter() - start
     # As many intra-op threads as this process has CPUs nobody else uses: PyTorch's pool collapses when
     # one of its threads shares a core, while a device runtime's pool barely moves.
     cpus = cpu_share()
     torch.set_num_threads(cpus.threads)
-    log.emit("built", seconds=seconds, threads=torch.get_num_threads(), cpus=cpus.model_dump(mode="json"))
+    log.emit(
+        "built", seconds=seconds, threads=torch.get_num_threads(), cpus=cpus.model_dump(mode="json"),
+        frames=len(frames),
+    )  # fmt: skip
     log.emit("phase", phase="time")
 
     def chunk(index: int) -> None:

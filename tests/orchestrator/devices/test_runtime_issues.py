@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from coverfarm.baseline import BaselineResult
 from coverfarm.device_result import LatencyStats, RuntimeIdentity
+from coverfarm.device_words import MORE
 from coverfarm.result import Bundle, Options
 from coverfarm.settings import Settings
 from farmrun.signing import new_key_pair, sign
@@ -90,6 +91,11 @@ def test_a_refusal_is_a_short_cell_a_built_on_line_and_a_runtime_known_issue(
         "(reproduces: refused at load with the same message on h200-vulkan" in section
     )
     assert "act" not in section.split("|---|", 1)[1]  # act ran: not a runtime issue
+
+    # The grid's cell keeps the check that failed, its tooltip the runtime's whole sentence.
+    grid = client.get(f"/sweeps/{sweep['id']}").text
+    assert f"❌ refused at load: forward: IndexTensor.cpp:76 {MORE}" in text_of(grid)
+    assert f'refused at load: forward: {where}">' in html.unescape(grid)  # the tooltip ends with it
 
     # The cell's page shows the failure in the runtime's own words, and the run that passed in full.
     vqbet = next(cell["id"] for cell in state["cells"] if cell["policy"] == "vqbet")
