@@ -32,6 +32,9 @@ IN_LEROBOT = (
     "wall_x",
     "xvla",
 )
+# The policies without a vision-language backbone: each lowers in a few GB (1.2–4.9 GB at peak, real
+# weights), so `coverfarm up` lowers several of them at once (``worker_memory.light_concurrency``).
+LIGHT_POLICIES = frozenset({"act", "diffusion", "gaussian_actor", "multi_task_dit", "tdmpc", "vqbet"})
 NOT_IN_LEROBOT = ("dm05", "fineart_vla", "flux3", "lawam", "lingbot_vla_v2", "wall_oss_05")
 POLICIES = tuple(sorted(IN_LEROBOT + NOT_IN_LEROBOT))  # the tracker's rows, in its order
 BACKENDS = backends.names()  # one module each: coverfarm/backends/

@@ -8,6 +8,7 @@ A CPU worker registers this figure (each job's share of it) and the orchestrator
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 GB = 1024**3
@@ -16,6 +17,9 @@ MEMORY_ENV = "COVERFARM_WORKER_MEMORY_GB"
 # a 24 GiB worker out of memory, so one can take more than 12 GB: a worker runs several only where each
 # keeps this much.
 JOB_MEMORY_FLOOR_GB = 16.0
+# The least a job of the light policies (``catalog.LIGHT_POLICIES``) keeps: their lowerings peaked at
+# 1.2–4.9 GB (``coverfarm up``'s default sweep on a 24 GiB machine, real weights, every stage).
+LIGHT_JOB_MEMORY_GB = 6.0
 
 
 def machine_memory_bytes() -> int | None:
@@ -51,7 +55,20 @@ def worker_memory_gb() -> float:
     return total / GB
 
 
-def concurrency_for(memory_gb: float, asked: int) -> int:
+def concurrency_for(memory_gb: float, asked: int, floor_gb: float = JOB_MEMORY_FLOOR_GB) -> int:
     """How many jobs at once a worker with ``memory_gb`` runs when ``asked`` for that many: fewer where
-    each would keep less than ``JOB_MEMORY_FLOOR_GB``, and never none."""
-    return max(1, min(asked, int(memory_gb // JOB_MEMORY_FLOOR_GB)))
+    each would keep less than ``floor_gb`` (``JOB_MEMORY_FLOOR_GB`` unless its jobs are known to need
+    less), and never none."""
+    return max(1, min(asked, int(memory_gb // floor_gb)))
+
+
+def light_concurrency(policies: Iterable[str], cpus: int, memory_gb: float) -> int:
+    """How many lowerings at once ``coverfarm up``'s worker runs for a sweep of ``policies`` on a host
+    whose process may use ``cpus`` CPUs: one per CPU where every policy is a light one
+    (``catalog.LIGHT_POLICIES``) and each keeps ``LIGHT_JOB_MEMORY_GB``; otherwise one. A lowering is
+    mostly one busy thread, so on two cores one job at a time leaves one of them idle for the sweep."""
+    from coverfarm.catalog import LIGHT_POLICIES
+
+    if not set(policies) <= LIGHT_POLICIES:
+        return 1
+    return concurrency_for(memory_gb, cpus, LIGHT_JOB_MEMORY_GB)

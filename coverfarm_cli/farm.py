@@ -47,7 +47,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     worker.add_argument(
         "--concurrency",
         type=int,
-        help="jobs at once (COVERFARM_WORKER_CONCURRENCY, 1), fewer where each would get under 16 GB",
+        help="jobs at once (COVERFARM_WORKER_CONCURRENCY, 1), fewer where each would get under --min-job-gb",
+    )
+    worker.add_argument(
+        "--min-job-gb",
+        type=float,
+        help="the least memory each job at once keeps, GB (16; coverfarm up gives 6 to a sweep of light "
+        "policies)",
     )
     worker.add_argument("--name", default="cpu@%h", help="worker name (Celery's %%h is the host name)")
     worker.add_argument(
@@ -177,6 +183,24 @@ def run_up(args: argparse.Namespace) -> int:
         return _up(args)
 
 
+def up_worker_options(policies: list[str]) -> list[str]:
+    """``up``'s worker options: a sweep of light policies lowers one per CPU this process may use (its
+    affinity mask and quota) where memory allows (``worker_memory.light_concurrency``), unless
+    ``COVERFARM_WORKER_CONCURRENCY`` says how many; otherwise none (one job at a time)."""
+    from coverfarm.worker_memory import LIGHT_JOB_MEMORY_GB, light_concurrency, worker_memory_gb
+    from farmrun.cpu_share import cpu_share, threads_for
+
+    if "COVERFARM_WORKER_CONCURRENCY" in os.environ:
+        return []
+    share = cpu_share(sample_s=0)
+    try:
+        memory_gb = worker_memory_gb()
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    jobs = light_concurrency(policies, threads_for(share.affinity, share.quota_cpus, None), memory_gb)
+    return ["--concurrency", str(jobs), "--min-job-gb", f"{LIGHT_JOB_MEMORY_GB:g}"] if jobs > 1 else []
+
+
 def _up(args: argparse.Namespace) -> int:
     from coverfarm_cli.serving import farm_server
     from dashboard.app import create_app
@@ -197,6 +221,7 @@ def _up(args: argparse.Namespace) -> int:
             "import sys; from coverfarm_cli import main; sys.exit(main())",
             "worker",
             "--quiet",
+            *up_worker_options(_names(args.policies)),
         ]
     )
     runner: subprocess.Popen[bytes] | None = None
@@ -234,10 +259,12 @@ def run_worker(args: argparse.Namespace) -> int:
     memory."""
     from coverfarm.routes import check_stack_name, worker_queues
     from coverfarm.stack_detect import STACK_ENV, detect_stack
-    from coverfarm.worker_memory import MEMORY_ENV, concurrency_for, worker_memory_gb
+    from coverfarm.worker_memory import JOB_MEMORY_FLOOR_GB, MEMORY_ENV, concurrency_for, worker_memory_gb
 
     if args.concurrency is not None and args.concurrency < 1:
         raise UserError(f"--concurrency must be at least 1, got {args.concurrency}")
+    if args.min_job_gb is not None and not args.min_job_gb > 0:
+        raise UserError(f"--min-job-gb must be a positive number of GB, got {args.min_job_gb:g}")
     try:
         stack = check_stack_name(args.stack) if args.stack is not None else detect_stack()
         memory_gb = worker_memory_gb()
@@ -245,7 +272,8 @@ def run_worker(args: argparse.Namespace) -> int:
         raise UserError(str(error)) from None
     settings = _prepare(get_settings())
     asked = args.concurrency or settings.worker_concurrency
-    concurrency = concurrency_for(memory_gb, asked)
+    floor_gb = args.min_job_gb if args.min_job_gb is not None else JOB_MEMORY_FLOOR_GB
+    concurrency = concurrency_for(memory_gb, asked, floor_gb)
     per_job_gb = memory_gb / concurrency
     # The worker's own processes (Celery's, the engine's stage children) read both from here: the stack
     # it registers and checks jobs against, and the memory each job decides its weights by.

@@ -4,10 +4,12 @@ worker's memory allows (``coverfarm.worker_memory.concurrency_for``)."""
 from __future__ import annotations
 
 import itertools
+import os
 from pathlib import Path
 
 import pytest
 
+from coverfarm.catalog import LIGHT_POLICIES
 from coverfarm.routes import (
     MEMORY_CLASSES_GB,
     NoMemoryClass,
@@ -20,8 +22,14 @@ from coverfarm.routes import (
 )
 from coverfarm.stack_detect import STACK_ENV, detect_stack
 from coverfarm.stacks import DEFAULT_STACK
-from coverfarm.worker_memory import JOB_MEMORY_FLOOR_GB, concurrency_for
+from coverfarm.worker_memory import (
+    JOB_MEMORY_FLOOR_GB,
+    LIGHT_JOB_MEMORY_GB,
+    concurrency_for,
+    light_concurrency,
+)
 from coverfarm_cli import main
+from coverfarm_cli.farm import up_worker_options
 
 
 def test_the_default_stack_keeps_the_queue_names_from_before_stacks() -> None:
@@ -114,6 +122,24 @@ def test_concurrency_is_bounded_by_memory() -> None:
         assert jobs == 1 or memory / jobs >= floor
 
 
+def test_up_lowers_one_light_policy_per_cpu_where_memory_allows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lowering of a light policy keeps one core busy and a few GB: `up`'s default sweep on a 2-core,
+    24 GiB machine lowers two at once; a vision-language policy in the sweep keeps it to one."""
+    light = sorted(LIGHT_POLICIES)
+    assert light_concurrency(light, 2, 23.5) == 2
+    assert light_concurrency(light, 16, 23.5) == int(23.5 // LIGHT_JOB_MEMORY_GB)  # memory bounds it
+    assert light_concurrency(light, 1, 64.0) == 1
+    assert light_concurrency([*light, "pi0"], 16, 512.0) == 1
+    monkeypatch.delenv("COVERFARM_WORKER_CONCURRENCY", raising=False)
+    monkeypatch.setenv("COVERFARM_WORKER_MEMORY_GB", "23.5")
+    cpus = len(os.sched_getaffinity(0))
+    expected = [] if cpus < 2 else ["--concurrency", str(min(cpus, 3)), "--min-job-gb", "6"]
+    assert up_worker_options(light) == expected
+    assert up_worker_options(["act", "pi0"]) == []
+    monkeypatch.setenv("COVERFARM_WORKER_CONCURRENCY", "1")  # the user's setting stands
+    assert up_worker_options(light) == []
+
+
 @pytest.mark.parametrize(
     ("args", "env", "expected"),
     [
@@ -121,8 +147,9 @@ def test_concurrency_is_bounded_by_memory() -> None:
         ([], {STACK_ENV: "a b"}, "stack name 'a b' is not well formed"),
         ([], {"COVERFARM_WORKER_MEMORY_GB": "lots"}, "COVERFARM_WORKER_MEMORY_GB must be a number of GB"),
         (["--concurrency", "0"], {}, "--concurrency must be at least 1"),
+        (["--min-job-gb", "0"], {}, "--min-job-gb must be a positive number of GB, got 0"),
     ],
-    ids=["stack", "stack-env", "memory", "concurrency"],
+    ids=["stack", "stack-env", "memory", "concurrency", "min-job-gb"],
 )
 def test_a_worker_with_bad_settings_says_so_in_one_line(
     args: list[str],
