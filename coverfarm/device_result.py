@@ -13,7 +13,7 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from coverfarm.device_words import runtime_failure
+from coverfarm.device_words import WRONG_OUTPUT, runtime_failure
 from coverfarm.numerics import NumericsRun
 from coverfarm.profile import ProfileRun
 
@@ -321,6 +321,9 @@ class DeviceFailure(BaseModel):
     def short_cause(self) -> str:
         """The class in words and the runtime's own check, for a grid cell."""
         said = runtime_failure(self.kind, self.message, self.program) if self.message else None
+        if said is None and self.kind == "wrong_output" and self.program and self.max_abs_error is not None:
+            # which program and by how much; the tolerance it missed stays in the cause
+            said = f"{WRONG_OUTPUT}: {self.program}, max abs error {self.max_abs_error:.3g}"
         return said if said is not None else self.cause
 
 

@@ -13,6 +13,7 @@ import re
 
 REFUSED_AT_LOAD = "refused at load"
 CRASHED_WHILE_RUNNING = "crashed while running"
+WRONG_OUTPUT = "output wrong"
 # A failure kind (coverfarm.device_result.FailureKind) the runtime's own message explains, in words.
 RUNTIME_FAILURES = {"refused_at_load": REFUSED_AT_LOAD, "crashed": CRASHED_WHILE_RUNNING}
 

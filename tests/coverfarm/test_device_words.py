@@ -43,3 +43,10 @@ def test_a_grid_cell_keeps_a_failure_up_to_the_check_that_failed() -> None:
     assert cut.endswith(f" {MORE}") and len(cut) <= 62 and words.startswith(cut.removesuffix(f" {MORE}"))
     assert compact("max abs error 3.1") == "max abs error 3.1"
     assert compact("refused at load: forward: Shader.cpp:12") == "refused at load: forward: Shader.cpp:12"
+
+
+def test_a_wrong_output_names_its_program_and_error_in_the_grid() -> None:
+    cause = "test case outside tolerance (atol 0.001, rtol 0.001): denoise_step (max abs error 0.0311)"
+    wrong = DeviceFailure(kind="wrong_output", cause=cause, program="denoise_step", max_abs_error=0.031136)
+    assert wrong.short_cause == "output wrong: denoise_step, max abs error 0.0311"
+    assert compact(wrong.short_cause) == wrong.short_cause  # whole in the grid: under 60 characters
