@@ -36,17 +36,14 @@ def short_message(message: str) -> str:
     return _RAISED_FROM.sub(lambda m: f"{m.group('where')}: ", text).strip()
 
 
-def compact(cause: str, limit: int = 60) -> str:
+def compact(cause: str) -> str:
     """A failure's words as a grid cell shows them: up to the place of the check that failed
-    ("refused at load: forward: IndexTensor.cpp:76 …"), else cut at a word within ``limit`` characters;
-    ``MORE`` marks what was left out (the cell's tooltip and page keep it all)."""
+    ("refused at load: forward: IndexTensor.cpp:76 …"), ``MORE`` marking what was left out (the cell's
+    tooltip and page keep it all); a cause that names no check's place, whole."""
     place = _CHECK_PLACE.search(cause)
-    if place is not None and place.end() <= limit:
-        head = cause[: place.end()]
-    elif len(cause) <= limit:
+    if place is None:
         return cause
-    else:
-        head = cause[:limit].rsplit(" ", 1)[0].rstrip(" :;,")
+    head = cause[: place.end()]
     return head if head == cause.rstrip() else f"{head} {MORE}"
 
 
