@@ -32,6 +32,7 @@ from farmbench import TOKEN, Farm, load
 
 from coverfarm.settings import Settings
 from coverfarm.worker_memory import GB, machine_memory_bytes
+from coverfarm_cli.farm import UP_POLICIES
 
 
 def memtotal_gb() -> float:
@@ -41,7 +42,7 @@ def memtotal_gb() -> float:
     return total / GB
 
 
-POLICIES = "act,gaussian_actor,vqbet,multi_task_dit,tdmpc,diffusion"  # `coverfarm up`'s
+POLICIES = UP_POLICIES
 BACKENDS = "vulkan,xnnpack"
 
 

@@ -29,6 +29,9 @@ from coverfarm_cli.processes import STOP_GRACE_S, exit_on_signals, start_child, 
 DONE_STATES = ("done", "cancelled")
 
 
+UP_POLICIES = "act,tdmpc,diffusion,gaussian_actor,vqbet,multi_task_dit"  # coverfarm up's default sweep
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     serve = sub.add_parser("serve", help="run the orchestrator (REST API, events, reconciler)")
     serve.add_argument("--host", help="address to bind (COVERFARM_HOST, 127.0.0.1)")
@@ -64,11 +67,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     up = sub.add_parser(
         "up", help="serve, start a worker beside it and run a sweep through both (the embedded default)"
     )
-    # The quick rows first, so the grid fills in within minutes on a 2-core machine.
+    # The jobs start in this order. act first, so the grid has a row within minutes; then the longest
+    # lowerings (tdmpc, diffusion), which ended the sweep when they started last; then the quick ones.
     up.add_argument(
         "--policies",
-        default="act,gaussian_actor,vqbet,multi_task_dit,tdmpc,diffusion",
-        help="comma-separated (every policy the engine supports, quickest first)",
+        default=UP_POLICIES,
+        help=f"comma-separated, started in this order ({UP_POLICIES}; every policy the engine supports)",
     )
     up.add_argument(
         "--backends", default="vulkan,xnnpack", help=f"comma-separated ({','.join(catalog.BACKENDS)})"
@@ -188,16 +192,15 @@ def up_worker_options(policies: list[str]) -> list[str]:
     affinity mask and quota) where memory allows (``worker_memory.light_concurrency``), unless
     ``COVERFARM_WORKER_CONCURRENCY`` says how many; otherwise none (one job at a time)."""
     from coverfarm.worker_memory import LIGHT_JOB_MEMORY_GB, light_concurrency, worker_memory_gb
-    from farmrun.cpu_share import cpu_share, threads_for
+    from farmrun.cpu_share import usable_cpus
 
     if "COVERFARM_WORKER_CONCURRENCY" in os.environ:
         return []
-    share = cpu_share(sample_s=0)
     try:
         memory_gb = worker_memory_gb()
     except ValueError as error:
         raise UserError(str(error)) from None
-    jobs = light_concurrency(policies, threads_for(share.affinity, share.quota_cpus, None), memory_gb)
+    jobs = light_concurrency(policies, usable_cpus(), memory_gb)
     return ["--concurrency", str(jobs), "--min-job-gb", f"{LIGHT_JOB_MEMORY_GB:g}"] if jobs > 1 else []
 
 
@@ -279,11 +282,15 @@ def run_worker(args: argparse.Namespace) -> int:
     # it registers and checks jobs against, and the memory each job decides its weights by.
     os.environ[STACK_ENV] = stack
     os.environ[MEMORY_ENV] = repr(per_job_gb)
+    threads = stage_threads(concurrency)
+    if threads is not None:
+        os.environ[THREADS_ENV] = str(threads)
     queues = args.queues or ",".join(worker_queues(stack, per_job_gb))
     lowered = f" (asked for {asked}: {memory_gb:.1f} GB holds no more)" if concurrency < asked else ""
+    each = f"{per_job_gb:.1f} GB" + (f" and {threads} thread(s)" if threads is not None else "")
     print(
-        f"coverfarm: worker of stack {stack}, {concurrency} job(s) at once{lowered}, "
-        f"{per_job_gb:.1f} GB each, on {queues}",
+        f"coverfarm: worker of stack {stack}, {concurrency} job(s) at once{lowered}, {each} each, "
+        f"on {queues}",
         file=sys.stderr,
     )
     from farmrun.celery_app import quiet_as_root
@@ -309,6 +316,21 @@ def run_worker(args: argparse.Namespace) -> int:
         ]
     )
     return 0
+
+
+THREADS_ENV = "OMP_NUM_THREADS"  # PyTorch's intra-op threads in the engine's stage children
+
+
+def stage_threads(concurrency: int) -> int | None:
+    """The threads each of ``concurrency`` jobs' stage children may run where jobs share the CPUs this
+    process may use (``farmrun.cpu_share.usable_cpus``), or None: one job at a time, or the user's own
+    ``OMP_NUM_THREADS``, leaves PyTorch's default. Two lowerings of two threads each on 2 cores kept a
+    load of about 3 and each took twice its time alone; a thread pool larger than its cores collapses."""
+    from farmrun.cpu_share import usable_cpus
+
+    if concurrency <= 1 or THREADS_ENV in os.environ:
+        return None
+    return max(1, usable_cpus() // concurrency)
 
 
 def _prepare(settings: Settings) -> Settings:

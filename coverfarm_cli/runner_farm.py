@@ -246,12 +246,11 @@ def local_timing(environ: Mapping[str, str]) -> list[str]:
 
 def local_baseline(settings: Settings) -> tuple[bool, str]:
     """Whether ``up``'s runner takes eager-baseline jobs, and the words that say why (printed by ``up``)."""
-    from farmrun.cpu_share import cpu_share, threads_for
+    from farmrun.cpu_share import usable_cpus
 
-    # The host's bound (affinity mask and quota), not what is busy at this moment: the sweep has not
-    # started yet, and the baseline measures its own busy CPUs when it runs.
-    share = cpu_share(sample_s=0)
-    cpus = threads_for(share.affinity, share.quota_cpus, None)
+    # The host's bound, not what is busy at this moment: the sweep has not started yet, and the
+    # baseline measures its own busy CPUs when it runs.
+    cpus = usable_cpus()
     if cpus >= settings.up_baseline_min_cpus:
         return True, f"eager PyTorch timed beside it on up to {cpus} CPUs for the speed-ups"
     return False, (

@@ -148,6 +148,14 @@ def cpu_share(sample_s: float = 1.0, root: Path | None = None) -> CpuShare:
     )
 
 
+def usable_cpus(root: Path | None = None) -> int:
+    """The CPUs this process may use by its bounds alone (affinity mask and quota), busy ones not
+    counted: what a host can give the work it starts before that work runs (``coverfarm up``'s
+    lowerings and eager baselines), each of which measures its own busy CPUs when it times."""
+    share = cpu_share(sample_s=0, root=root)
+    return threads_for(share.affinity, share.quota_cpus, None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m farmrun.cpu_share", description="The CPUs this process may use, as JSON."

@@ -35,12 +35,12 @@ from coverfarm.device_result import Isolation
 POLL_S = 0.2
 
 
-def _open(path: Path) -> int:
+def open_lock_file(path: Path) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
 
 
-def _take(fd: int, mode: int, deadline: float | None) -> bool:
+def take_lock(fd: int, mode: int, deadline: float | None) -> bool:
     """flock ``fd`` in ``mode``; by ``deadline`` (monotonic) or, without one, however long it takes."""
     if deadline is None:
         fcntl.flock(fd, mode)
@@ -63,10 +63,10 @@ class HostLock:
     @contextlib.contextmanager
     def stage(self) -> Iterator[None]:
         """Hold the lock shared for a CPU stage: after any timing that holds or waits for it."""
-        gate, lock = _open(self.gate), _open(self.path)
+        gate, lock = open_lock_file(self.gate), open_lock_file(self.path)
         try:
-            _take(gate, fcntl.LOCK_EX, None)  # held by a timing that waits or runs: wait behind it
-            _take(lock, fcntl.LOCK_SH, None)
+            take_lock(gate, fcntl.LOCK_EX, None)  # held by a timing that waits or runs: wait behind it
+            take_lock(lock, fcntl.LOCK_SH, None)
             fcntl.flock(gate, fcntl.LOCK_UN)  # let the next stage (or timing) through the gate
             yield
         finally:
@@ -80,9 +80,9 @@ class HostLock:
         The yielded ``Isolation`` gets ``held_to`` when the block ends."""
         start = time.monotonic()
         deadline = start + wait_s
-        gate, lock = _open(self.gate), _open(self.path)
+        gate, lock = open_lock_file(self.gate), open_lock_file(self.path)
         try:
-            acquired = _take(gate, fcntl.LOCK_EX, deadline) and _take(lock, fcntl.LOCK_EX, deadline)
+            acquired = take_lock(gate, fcntl.LOCK_EX, deadline) and take_lock(lock, fcntl.LOCK_EX, deadline)
             isolation = Isolation(
                 lock=str(self.path),
                 acquired=acquired,

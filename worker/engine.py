@@ -47,7 +47,7 @@ from worker.lower.assemble import fold_lower_events
 from worker.lower.backends import get_backend
 from worker.repros.attach import attach_repros
 from worker.repros.verify import default_repro_cache
-from worker.trace.cache import load_trace_manifest, trace_key
+from worker.trace.cache import building, load_trace_manifest, trace_key
 from worker.trace.stage import TRACE_MANIFEST
 from worker.trace.weights import checkpoint_bytes, decide, export_not_run
 
@@ -139,14 +139,31 @@ def read_memory(path: Path) -> dict[str, float]:
 def trace(
     policy: str, options: Options, cache: Path, work: Path, progress: Progress, weights: str = "real"
 ) -> tuple[StageResult, Path | None, dict[str, Any] | None]:
-    """The trace stage, or its cached result: (stage result, trace dir, trace manifest)."""
+    """The trace stage, or its cached result: (stage result, trace dir, trace manifest). One process
+    builds a trace at a time; another that needs it meanwhile waits and reads it (``building``)."""
     key = trace_key(policy, options.seed, options.checkpoint, options.frames, weights)
     cached = cache / key
     manifest = load_trace_manifest(cached)
     if manifest is not None:
         progress(f"trace: cached, {weights} weights ({cached})")
         return StageResult(status=StageStatus.OK, seconds=0.0), cached, manifest
-    cache.mkdir(parents=True, exist_ok=True)
+    wait_s = 2 * options.timeout_s  # the trace's two bounded phases: trace and reference
+    with building(cache, key, wait_s) as lock:
+        manifest = load_trace_manifest(cached)
+        if manifest is not None:
+            progress(f"trace: built meanwhile by another job, {weights} weights ({cached})")
+            return StageResult(status=StageStatus.OK, seconds=0.0), cached, manifest
+        if lock == "waited":
+            progress("trace: the job that was building it ended without a trace; building it here")
+        elif lock == "stuck":
+            progress(f"trace: another job has been building it for over {wait_s:.0f} s; building it here")
+        return _build_trace(policy, options, cache, key, work, progress, weights)
+
+
+def _build_trace(
+    policy: str, options: Options, cache: Path, key: str, work: Path, progress: Progress, weights: str
+) -> tuple[StageResult, Path | None, dict[str, Any] | None]:
+    cached = cache / key
     staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=cache))
     args = [
         "--policy",

@@ -29,7 +29,8 @@ from coverfarm.worker_memory import (
     light_concurrency,
 )
 from coverfarm_cli import main
-from coverfarm_cli.farm import up_worker_options
+from coverfarm_cli.farm import stage_threads, up_worker_options
+from farmrun.cpu_share import usable_cpus
 
 
 def test_the_default_stack_keeps_the_queue_names_from_before_stacks() -> None:
@@ -123,8 +124,8 @@ def test_concurrency_is_bounded_by_memory() -> None:
 
 
 def test_up_lowers_one_light_policy_per_cpu_where_memory_allows(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A lowering of a light policy keeps one core busy and a few GB: `up`'s default sweep on a 2-core,
-    24 GiB machine lowers two at once; a vision-language policy in the sweep keeps it to one."""
+    """A lowering of a light policy keeps a few GB: `up`'s default sweep on a 2-core, 24 GiB machine
+    lowers two at once; a vision-language policy in the sweep keeps it to one."""
     light = sorted(LIGHT_POLICIES)
     assert light_concurrency(light, 2, 23.5) == 2
     assert light_concurrency(light, 16, 23.5) == int(23.5 // LIGHT_JOB_MEMORY_GB)  # memory bounds it
@@ -138,6 +139,16 @@ def test_up_lowers_one_light_policy_per_cpu_where_memory_allows(monkeypatch: pyt
     assert up_worker_options(["act", "pi0"]) == []
     monkeypatch.setenv("COVERFARM_WORKER_CONCURRENCY", "1")  # the user's setting stands
     assert up_worker_options(light) == []
+
+
+def test_jobs_at_once_split_the_cpus_among_their_stage_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    cpus = usable_cpus()
+    assert stage_threads(1) is None  # one job at a time: PyTorch's own default
+    assert stage_threads(2) == max(1, cpus // 2)
+    assert stage_threads(4 * cpus) == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's setting stands
+    assert stage_threads(2) is None
 
 
 @pytest.mark.parametrize(

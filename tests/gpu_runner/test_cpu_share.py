@@ -17,7 +17,7 @@ import pytest
 from coverfarm.baseline import BaselineResult
 from coverfarm.device_result import CpuShare, Replica
 from coverfarm.result import Options
-from farmrun.cpu_share import ROOT_ENV_VAR, quota, threads_for
+from farmrun.cpu_share import ROOT_ENV_VAR, quota, threads_for, usable_cpus
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARE = [sys.executable, "-m", "farmrun.cpu_share", "--sample-s", "0"]  # no busy sampling: exact
@@ -89,6 +89,12 @@ def test_a_child_under_a_cgroup_quota_uses_that_many_threads(tmp_path: Path) -> 
     assert (limited.affinity, limited.threads) == (HOST_CPUS, 1)
     _fake_cgroup(tmp_path, 350000, 100000)  # above the mask: the mask decides
     assert share_in_child(SHARE, {ROOT_ENV_VAR: str(tmp_path)}).threads == HOST_CPUS
+
+
+def test_usable_cpus_are_the_mask_capped_by_the_quota_busy_ones_counted_in(tmp_path: Path) -> None:
+    assert usable_cpus(tmp_path / "no-cgroups") == HOST_CPUS
+    _fake_cgroup(tmp_path, 100000, 100000)
+    assert usable_cpus(tmp_path) == 1
 
 
 @pytest.fixture

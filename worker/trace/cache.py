@@ -4,12 +4,22 @@ A trace is keyed by the sha256 of the policy name, seed, weights (real or fake),
 contents, the versions of the packages that build and export it, and the source of the adapters and trace
 stage (which decide the config, example inputs and programs). One directory per key; complete once
 ``trace.json`` exists.
+
+One process builds a key at a time (``building``, an ``fcntl.flock`` on ``.<key>.lock`` beside it): a
+policy's backends lowered at once (``coverfarm up`` runs several jobs) wait for its first trace and read
+it, rather than each building the same one on the same CPUs. The lock dies with its process, and a wait
+for it is bounded by the trace stage's own bounds.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
+import os
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +28,7 @@ import worker.trace.fake_weights
 import worker.trace.policies
 import worker.trace.stage
 from coverfarm.versions import versions
+from farmrun.hostlock import open_lock_file, take_lock
 
 
 def _digest_files(paths: list[Path], root: Path) -> str:
@@ -66,3 +77,19 @@ def load_trace_manifest(trace_dir: Path) -> dict[str, Any] | None:
         return None
     manifest: dict[str, Any] = json.loads(path.read_text())
     return manifest
+
+
+@contextlib.contextmanager
+def building(cache: Path, key: str, wait_s: float) -> Iterator[str]:
+    """Hold ``key``'s build lock in ``cache`` while the block runs. Yields ``"free"`` (taken at once),
+    ``"waited"`` (another process held it and let go: the trace may exist now, read it again) or
+    ``"stuck"``: the holder kept it past ``wait_s``, longer than a trace's own bounds allow, and the
+    block runs without the lock."""
+    fd = open_lock_file(cache / f".{key}.lock")
+    try:
+        if take_lock(fd, fcntl.LOCK_EX, time.monotonic()):
+            yield "free"
+        else:
+            yield "waited" if take_lock(fd, fcntl.LOCK_EX, time.monotonic() + wait_s) else "stuck"
+    finally:
+        os.close(fd)  # releases the lock
