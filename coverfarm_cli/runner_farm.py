@@ -220,7 +220,8 @@ def start_local_runner(
     cpu = {name for name, info in backends.registry().items() if info.cpu_class}
     classes = [name for name in load(path).device_classes if backend_of(name) in cpu]
     runner = start_child(
-        [sys.executable, "-c", CLI, "runner", "start", "--config", str(path), *local_timing(os.environ)]
+        [sys.executable, "-c", CLI, "runner", "start", "--config", str(path), *local_timing(os.environ)],
+        env=local_runner_env(os.environ, baseline),
     )
     print(f"coverfarm: local device runner for {', '.join(classes) or 'no class'}; {why}", file=sys.stderr)
     return runner, classes
@@ -231,6 +232,22 @@ def start_local_runner(
 # fewest with an interval) of a short window. It shares the host with the lowering: a figure there says
 # how the bundle runs on this host, not what a quiet one would give.
 LOCAL_TIMING = {"replicas": "2", "warmup": "1", "min_chunks": "3", "min_s": "0.5", "max_s": "20"}
+
+
+# Where up's runner gives no speed-up, how long its timing waits for the lowering's stages to end before
+# it times beside them. A timing that waits holds back every stage that would start (farmrun.hostlock): on
+# 2 cores, act's brief timing waited 7 min for tdmpc's XNNPACK export while the other lowering stood still.
+LOCAL_LOCK_WAIT_S = 60
+
+
+def local_runner_env(environ: Mapping[str, str], baseline: bool) -> dict[str, str]:
+    """``up``'s runner's environment: without eager baselines (so without speed-ups), its timings wait at
+    most ``LOCAL_LOCK_WAIT_S`` for the CPU stages running, then time beside them, which the cell's page
+    says ("not held, timed beside a CPU stage"), unless ``COVERFARM_TIMING_LOCK_WAIT_S`` is set."""
+    env = dict(environ)
+    if not baseline and "COVERFARM_TIMING_LOCK_WAIT_S" not in env:
+        env["COVERFARM_TIMING_LOCK_WAIT_S"] = str(LOCAL_LOCK_WAIT_S)
+    return env
 
 
 def local_timing(environ: Mapping[str, str]) -> list[str]:
@@ -254,7 +271,8 @@ def local_baseline(settings: Settings) -> tuple[bool, str]:
     if cpus >= settings.up_baseline_min_cpus:
         return True, f"eager PyTorch timed beside it on up to {cpus} CPUs for the speed-ups"
     return False, (
-        f"outputs checked and timed briefly, no eager baseline: this process may use {cpus} "
+        f"outputs checked and timed briefly (waiting at most {LOCAL_LOCK_WAIT_S} s for the lowering to "
+        f"give the CPUs up), no eager baseline: this process may use {cpus} "
         f"CPU{'' if cpus == 1 else 's'}, fewer than the {settings.up_baseline_min_cpus} a known speed-up "
         "needs here (COVERFARM_UP_BASELINE_MIN_CPUS); a runner host of its own gives one"
     )

@@ -154,9 +154,15 @@ def trace(
             progress(f"trace: built meanwhile by another job, {weights} weights ({cached})")
             return StageResult(status=StageStatus.OK, seconds=0.0), cached, manifest
         if lock == "waited":
-            progress("trace: the job that was building it ended without a trace; building it here")
+            progress(
+                f"trace: the job that was building the {weights}-weight trace ended without it; "
+                "building it here"
+            )
         elif lock == "stuck":
-            progress(f"trace: another job has been building it for over {wait_s:.0f} s; building it here")
+            progress(
+                f"trace: another job has been building the {weights}-weight trace for over {wait_s:.0f} s; "
+                "building it here"
+            )
         return _build_trace(policy, options, cache, key, work, progress, weights)
 
 

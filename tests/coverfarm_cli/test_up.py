@@ -14,7 +14,7 @@ from farmkit import ROOT, coverfarm_command, free_port
 from runnertools import child_env_with_engine
 
 from coverfarm.settings import Settings
-from coverfarm_cli.runner_farm import local_baseline, local_timing
+from coverfarm_cli.runner_farm import local_baseline, local_runner_env, local_timing
 from gpu_runner.timing_options import add_timing_options, timing_rules
 
 CLASS = f"cpu-{os.uname().machine}-xnnpack"
@@ -63,8 +63,20 @@ def test_local_runner_takes_baselines_only_with_the_cpus_a_known_speed_up_needs(
     taken, why = local_baseline(Settings(up_baseline_min_cpus=cpus))
     assert taken and why == f"eager PyTorch timed beside it on up to {cpus} CPUs for the speed-ups"
     taken, why = local_baseline(Settings(up_baseline_min_cpus=cpus + 1))
-    assert not taken and why.startswith("outputs checked and timed briefly, no eager baseline: this process")
+    assert not taken and why.startswith(
+        "outputs checked and timed briefly (waiting at most 60 s for the lowering to give the CPUs up), no "
+        "eager baseline: this process"
+    )
     assert f"fewer than the {cpus + 1} a known speed-up needs here (COVERFARM_UP_BASELINE_MIN_CPUS)" in why
+    # Without speed-ups, a timing holds the lowering back for a minute at most, then times beside it.
+    assert local_runner_env({}, baseline=False)["COVERFARM_TIMING_LOCK_WAIT_S"] == "60"
+    assert "COVERFARM_TIMING_LOCK_WAIT_S" not in local_runner_env({}, baseline=True)
+    assert (
+        local_runner_env({"COVERFARM_TIMING_LOCK_WAIT_S": "5"}, baseline=False)[
+            "COVERFARM_TIMING_LOCK_WAIT_S"
+        ]
+        == "5"
+    )
     assert local_timing({})[:2] == ["--replicas", "2"]
     assert "--replicas" not in local_timing({"COVERFARM_TIMING__REPLICAS": "5"})
     parser = argparse.ArgumentParser()
