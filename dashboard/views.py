@@ -165,12 +165,14 @@ def _runs(device_class: str, backend: str) -> bool:
 def device_field(view: CellView, per_class: dict[str, Field] | None = None) -> Field:
     """The device column: one "class: text" per device class of the sweep that runs the cell's backend
     (the text alone for one), from ``per_class`` (``device_fields``, made here when not given); the
-    classes of other backends ("-" each) are left out unless no class runs it."""
+    classes of other backends are left out, and where no class runs it the column reads one "-"."""
     if not view.devices:
         return _field(view.device, tracker.device_text(view.device, compact=True))
     per_class = device_fields(view) if per_class is None else per_class
     own = backend_classes(list(per_class), view.backend)
-    per_class = {name: per_class[name] for name in own} or per_class
+    if not own:  # no class of the sweep runs this backend: one "-", not "class: -" per other backend's
+        return next(iter(per_class.values()))
+    per_class = {name: per_class[name] for name in own}
     if len(per_class) == 1:
         shown = "; ".join(field_.text for field_ in per_class.values())
     else:

@@ -120,6 +120,16 @@ def test_the_device_colour_follows_the_kind_not_the_text() -> None:
     assert (unserved.text, unserved.tone) == ("no device", "muted")
 
 
+def test_a_backend_no_device_class_runs_reads_one_dash_whatever_the_other_classes() -> None:
+    """A Vulkan cell of a sweep whose device runs are all XNNPACK classes (this machine's and an offline
+    host's) reads "-", not "cpu-x86_64-xnnpack: -; h100-host-xnnpack: -" (which widened the grid)."""
+    devices = [DeviceInput(CLASS, run=run(3.25)), DeviceInput("h100-host-xnnpack", run=run(1.5))]
+    vulkan = device_field(build(Cell("act", "vulkan", Options(), devices=devices)))
+    assert vulkan.text == "-"
+    xnnpack = device_field(build(Cell("act", "xnnpack", Options(), devices=devices)))
+    assert xnnpack.text == f"{CLASS}: ✓ 3.25 ms; h100-host-xnnpack: ✓ 1.5 ms"
+
+
 def test_a_cell_without_a_result_reads_pending_cancelled_or_failed_in_every_column() -> None:
     since = datetime(2026, 1, 2, tzinfo=UTC)
     pending = build(Cell("act", "vulkan", Options(), cpu=CpuJobs(pending=True, running=True, since=since)))
