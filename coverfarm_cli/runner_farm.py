@@ -236,7 +236,7 @@ LOCAL_TIMING = {"replicas": "2", "warmup": "1", "min_chunks": "3", "min_s": "0.5
 
 # Where up's runner gives no speed-up, how long its timing waits for the lowering's stages to end before
 # it times beside them. A timing that waits holds back every stage that would start (farmrun.hostlock): on
-# 2 cores, act's brief timing waited 7 min for tdmpc's XNNPACK export while the other lowering stood still.
+# 2 cores, act's brief timing waited 7 min for tdmpc's XNNPACK export, and the other lowering 6 min with it.
 LOCAL_LOCK_WAIT_S = 60
 
 
