@@ -23,7 +23,7 @@ from coverfarm import tracker
 from dashboard import device_details, progress_page, views
 from dashboard.heatmap import COL_W, ROW_H, heatmap, square
 from dashboard.progress_plot import plot
-from orchestrator.deps import SessionDep
+from orchestrator.deps import SnapshotDep
 from orchestrator.devices.grid import device_inputs, shown_classes
 from orchestrator.inputs import DB_INT_MAX, Id, Name, Offset, Text
 from orchestrator.models import Cell, utcnow
@@ -134,7 +134,7 @@ def grid_of(session: Session, sweep: SweepSummary, cells: list[Cell], chosen: li
     return views.grid(sweep.backends, cells, cell_views_, stacks, chosen or list(sweep.stacks)[:1])
 
 
-def _page(session: SessionDep, sweep_id: int, offset: int, stack: list[str] | None = None) -> dict[str, Any]:
+def _page(session: Session, sweep_id: int, offset: int, stack: list[str] | None = None) -> dict[str, Any]:
     """A grid page: the sweep's summary (counted in the database) and one page of its rows."""
     sweep = grid_summary(session, sweep_id)
     chosen = _chosen(sweep, stack)
@@ -153,7 +153,7 @@ def _page(session: SessionDep, sweep_id: int, offset: int, stack: list[str] | No
 
 
 @router.get("/", response_class=HTMLResponse)
-def index(request: Request, session: SessionDep, offset: Offset = 0) -> HTMLResponse:
+def index(request: Request, session: SnapshotDep, offset: Offset = 0) -> HTMLResponse:
     sweeps = summaries.list_(session, PAGE_SIZE + 1, offset)
     return templates.TemplateResponse(
         request,
@@ -170,7 +170,7 @@ def index(request: Request, session: SessionDep, offset: Offset = 0) -> HTMLResp
 
 @router.get("/sweeps/{sweep_id:int}", response_class=HTMLResponse)
 def sweep_grid(
-    request: Request, sweep_id: Id, session: SessionDep, offset: Offset = 0, stack: StacksQuery = None
+    request: Request, sweep_id: Id, session: SnapshotDep, offset: Offset = 0, stack: StacksQuery = None
 ) -> HTMLResponse:
     """The grid with the sweep's rows from ``offset`` (a page of them; the script loads the rest as
     they come into view), of the ``stack`` asked for, or several side by side."""
@@ -180,7 +180,7 @@ def sweep_grid(
 
 @router.get("/sweeps/{sweep_id:int}/heatmap.svg")
 def sweep_heatmap(
-    sweep_id: Id, session: SessionDep, offset: Offset = 0, stack: StacksQuery = None
+    sweep_id: Id, session: SnapshotDep, offset: Offset = 0, stack: StacksQuery = None
 ) -> Response:
     """The heatmap of the grid page's rows from ``offset``."""
     context = _page(session, sweep_id, offset, stack)
@@ -191,7 +191,7 @@ def sweep_heatmap(
 @router.get("/sweeps/{sweep_id:int}/rows")
 def sweep_rows(
     sweep_id: Id,
-    session: SessionDep,
+    session: SnapshotDep,
     offset: Offset = 0,
     limit: Annotated[int, Query(ge=1, le=4 * ROWS)] = ROWS,
     stack: StacksQuery = None,
@@ -216,7 +216,7 @@ def sweep_rows(
 @router.get("/sweeps/{sweep_id:int}/live.json")
 def sweep_live(
     sweep_id: Id,
-    session: SessionDep,
+    session: SnapshotDep,
     cells: Annotated[
         list[Id] | None, Query(max_length=LIVE_CELLS, description="these cells (their events' ids)")
     ] = None,
@@ -255,7 +255,7 @@ def sweep_live(
 def sweep_blockers(
     request: Request,
     sweep_id: Id,
-    session: SessionDep,
+    session: SnapshotDep,
     backend: Annotated[Name | None, Query(description="only this backend")] = None,
     stack: Annotated[Name | None, Query(description="only this stack's cells")] = None,
 ) -> HTMLResponse:
@@ -267,7 +267,7 @@ def sweep_blockers(
 
 
 @router.get("/sweeps/{sweep_id:int}/progress", response_class=HTMLResponse)
-def sweep_progress(request: Request, sweep_id: Id, session: SessionDep) -> HTMLResponse:
+def sweep_progress(request: Request, sweep_id: Id, session: SnapshotDep) -> HTMLResponse:
     """Per backend, each policy's tracker row on each stack (oldest release first) and its change from
     one to the next, the blocker groups each release fixed and introduced, and the plot of each
     policy's ops and heavy math on the backend per stack."""
@@ -282,7 +282,7 @@ def sweep_progress(request: Request, sweep_id: Id, session: SessionDep) -> HTMLR
 
 
 @router.get("/sweeps/{sweep_id:int}/progress.svg")
-def sweep_progress_plot(sweep_id: Id, session: SessionDep) -> Response:
+def sweep_progress_plot(sweep_id: Id, session: SnapshotDep) -> Response:
     report = progress.progress(session, service.get(session, sweep_id))
     svg = _env.get_template("progress_plot.svg").render(plot=plot(report), standalone=True)
     return Response(svg, media_type="image/svg+xml")
@@ -292,7 +292,7 @@ def sweep_progress_plot(sweep_id: Id, session: SessionDep) -> Response:
 def cell_details(
     request: Request,
     cell_id: Id,
-    session: SessionDep,
+    session: SnapshotDep,
     partial: Annotated[bool, Query(description="only the details, for the grid's panel")] = False,
 ) -> HTMLResponse:
     stored = service.get_cell(session, cell_id)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from celery import Celery
-from sqlalchemy import Engine, create_engine, event, update
+from sqlalchemy import Connection, Engine, create_engine, event, update
 from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker
 
 from coverfarm.errors import UserError
@@ -165,6 +165,23 @@ def mark_sent(factory: Callable[[], Session], job_ids: list[int]) -> None:
             session.commit()
     except Exception as error:
         log.warning("jobs %s were sent but not stamped (%s): they may be sent twice", job_ids, error)
+
+
+def read_one_snapshot(session: Session) -> None:
+    """Have every read of ``session``'s transaction see the database as its first read found it.
+
+    A page built from several statements (a sweep's progress, its cells, their jobs, results and device
+    runs) then never shows a job as running beside the result a worker committed between two of them.
+    Postgres: REPEATABLE READ, which a transaction that only reads never fails under; SQLite: a deferred
+    ``BEGIN``, whose first read fixes the WAL snapshot (pysqlite begins no transaction for reads). A
+    session bound to an outer connection (a test's rolled-back transaction) reads as that connection
+    does. Call it before the session's first statement."""
+    if isinstance(session.get_bind(), Connection):
+        return
+    if session.get_bind().dialect.name == "sqlite":
+        session.connection().exec_driver_sql("BEGIN")
+    else:
+        session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
 
 
 @contextmanager

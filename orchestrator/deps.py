@@ -11,7 +11,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from coverfarm.settings import Settings
-from orchestrator.db import unit_of_work
+from orchestrator.db import read_one_snapshot, unit_of_work
 
 
 def get_settings(request: Request) -> Settings:
@@ -23,6 +23,13 @@ def get_session(request: Request) -> Iterator[Session]:
     # One session per request, committed once when the endpoint returns (before the response goes
     # out, see scope="function" below), and only then are its jobs sent to the broker.
     with unit_of_work(request.app.state.sessions, request.app.state.celery) as session:
+        yield session
+
+
+def get_snapshot_session(request: Request) -> Iterator[Session]:
+    # For endpoints that only read, and read in several statements: one snapshot of the database.
+    with unit_of_work(request.app.state.sessions, request.app.state.celery) as session:
+        read_one_snapshot(session)
         yield session
 
 
@@ -43,4 +50,5 @@ def require_admin(
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+SnapshotDep = Annotated[Session, Depends(get_snapshot_session, scope="function")]
 AdminDep = Depends(require_admin)

@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import PlainTextResponse
 
-from orchestrator.deps import SessionDep
+from orchestrator.deps import SnapshotDep
 from orchestrator.errors import MARKDOWN, responses
 from orchestrator.inputs import Id, Name
 from orchestrator.reports import progress, service
@@ -35,7 +35,7 @@ StackB = Annotated[Name | None, Query(description="sweep b's stack (alone: the s
 )
 def sweep_report(
     sweep_id: Id,
-    session: SessionDep,
+    session: SnapshotDep,
     backend: Annotated[
         list[Name] | None,
         Query(
@@ -53,7 +53,7 @@ def sweep_report(
 
 @router.get("/sweeps/{sweep_id:int}/blockers", responses=responses(404))
 def sweep_blockers(
-    sweep_id: Id, session: SessionDep, backend: BackendQuery = None, stack: StackQuery = None
+    sweep_id: Id, session: SnapshotDep, backend: BackendQuery = None, stack: StackQuery = None
 ) -> BlockersReport:
     """Blocker groups per (backend, op, reason) over the sweep's stored results, heaviest first, with
     the policies each hits and what-if estimates per group and per reason."""
@@ -66,7 +66,7 @@ def sweep_blockers(
     responses={**responses(404), **MARKDOWN},
 )
 def sweep_diff_markdown(
-    a: Id, b: Id, session: SessionDep, stack_a: StackA = None, stack_b: StackB = None
+    a: Id, b: Id, session: SnapshotDep, stack_a: StackA = None, stack_b: StackB = None
 ) -> PlainTextResponse:
     diff = service.diff(session, sweeps.get(session, a), sweeps.get(session, b), stack_a, stack_b)
     return PlainTextResponse(service.diff_text(diff) + "\n", media_type="text/markdown; charset=utf-8")
@@ -75,7 +75,7 @@ def sweep_diff_markdown(
 # After the .md route: Starlette tries routes in order and {b} would match "3.md".
 @router.get("/sweeps/{a:int}/diff/{b:int}", responses=responses(404))
 def sweep_diff(
-    a: Id, b: Id, session: SessionDep, stack_a: StackA = None, stack_b: StackB = None
+    a: Id, b: Id, session: SnapshotDep, stack_a: StackA = None, stack_b: StackB = None
 ) -> SweepDiff:
     """Cells of sweep ``b`` whose numbers or states differ from sweep ``a``, blocker groups that
     appeared or vanished, and device latency changes beyond the runs' own intervals. ``stack_a`` and
@@ -85,7 +85,7 @@ def sweep_diff(
 
 
 @router.get("/sweeps/{sweep_id:int}/progress", responses=responses(404))
-def sweep_progress(sweep_id: Id, session: SessionDep) -> ProgressReport:
+def sweep_progress(sweep_id: Id, session: SnapshotDep) -> ProgressReport:
     """Per policy and backend, each stack's tracker row (oldest ExecuTorch release first) and its
     change from one stack to the next; per backend, the blocker groups each release fixed and
     introduced."""
@@ -97,6 +97,6 @@ def sweep_progress(sweep_id: Id, session: SessionDep) -> ProgressReport:
     response_class=Response,
     responses={**responses(404), **MARKDOWN},
 )
-def sweep_progress_markdown(sweep_id: Id, session: SessionDep) -> PlainTextResponse:
+def sweep_progress_markdown(sweep_id: Id, session: SnapshotDep) -> PlainTextResponse:
     text = progress_markdown(progress.progress(session, sweeps.get(session, sweep_id)))
     return PlainTextResponse(text, media_type="text/markdown; charset=utf-8")

@@ -8,7 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response, status
 
-from orchestrator.deps import AdminDep, SessionDep, SettingsDep
+from orchestrator.deps import AdminDep, SessionDep, SettingsDep, SnapshotDep
 from orchestrator.errors import responses
 from orchestrator.inputs import Id, Name, Offset, StrictJSONRoute
 from orchestrator.models import JobStatus
@@ -35,7 +35,7 @@ def create_sweep(body: SweepCreate, session: SessionDep, settings: SettingsDep) 
 
 @router.get("/sweeps")
 def list_sweeps(
-    session: SessionDep,
+    session: SnapshotDep,
     response: Response,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Offset = 0,
@@ -47,12 +47,12 @@ def list_sweeps(
 
 
 @router.get("/sweeps/{sweep_id:int}", responses=responses(404))
-def get_sweep(sweep_id: Id, session: SessionDep) -> SweepPublic:
+def get_sweep(sweep_id: Id, session: SnapshotDep) -> SweepPublic:
     return public_views.sweep_view(service.get(session, sweep_id), workers.live(session))
 
 
 @router.get("/sweeps/{sweep_id:int}/summary", responses=responses(404))
-def sweep_summary(sweep_id: Id, session: SessionDep) -> SweepOverview:
+def sweep_summary(sweep_id: Id, session: SnapshotDep) -> SweepOverview:
     """Counts per cell state and per backend column (cells, measured, exported, ops and heavy math on
     the backend), no cell and no document: what a big sweep's page reads first."""
     return summaries.overview(session, sweep_id)
@@ -61,7 +61,7 @@ def sweep_summary(sweep_id: Id, session: SessionDep) -> SweepOverview:
 @router.get("/sweeps/{sweep_id:int}/cells", responses=responses(404))
 def sweep_cells(
     sweep_id: Id,
-    session: SessionDep,
+    session: SnapshotDep,
     response: Response,
     offset: Offset = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
@@ -82,5 +82,5 @@ def cancel_sweep(sweep_id: Id, session: SessionDep) -> SweepPublic:
 
 
 @router.get("/cells/{cell_id:int}", responses=responses(404))
-def get_cell(cell_id: Id, session: SessionDep) -> CellPublic:
+def get_cell(cell_id: Id, session: SnapshotDep) -> CellPublic:
     return public_views.cell_view(service.get_cell(session, cell_id), workers.live(session))
