@@ -8,13 +8,18 @@ never zero.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from enum import StrEnum
+from pathlib import PurePosixPath
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA_VERSION = 1
+# The line of an error message that holds a failed subprocess's own words (``worker.child.events``).
+SUBPROCESS_WORDS = "its output: "
+_COMMAND = re.compile(r"^Command '\['([^']+)'.*returned non-zero exit status (-?\d+)")
 
 
 class StageStatus(StrEnum):
@@ -49,6 +54,16 @@ class ErrorInfo(BaseModel):
     traceback: str | None = None
 
     def one_line(self) -> str:
+        """``type: the line that says what went wrong``. A failed subprocess (ExecuTorch's ``flatc``) says
+        it in its own words, not in the command line Python reports: ``subprocess.CalledProcessError:
+        flatc exited 1: error: ... cannot parse value starting with: -``."""
+        lines = self.message.strip().splitlines()
+        said = next(
+            (line.removeprefix(SUBPROCESS_WORDS) for line in lines if line.startswith(SUBPROCESS_WORDS)), ""
+        )
+        command = _COMMAND.match(lines[0]) if lines and said else None
+        if command:
+            return f"{self.type}: {PurePosixPath(command[1]).name} exited {command[2]}: {said}"
         line = error_line(self.message)
         return f"{self.type}: {line}" if line else self.type
 

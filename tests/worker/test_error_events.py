@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 from farmkit import ROOT
 
+from coverfarm.result import ErrorInfo
 from worker.child.events import error_fields, subprocess_output
 
 
@@ -90,4 +91,25 @@ except subprocess.CalledProcessError as error:
     message = json.loads((tmp_path / "fields.json").read_text())["message"]
     assert message.splitlines()[-1] == (
         "its output: error: / schema.json:1: 1924: error: cannot parse value starting with: -"
+    )
+
+
+def test_a_failed_subprocess_is_named_by_its_program_and_own_words_in_one_line() -> None:
+    """The row's cause of 1.4.1's export of multi_task_dit: flatc's own words, not its command line of
+    temporary paths."""
+    failed = subprocess.CalledProcessError(
+        1, ["/venv/executorch/data/bin/flatc", "--binary", "-o", "/tmp/x", "/tmp/x/schema.json"],
+        stderr=b"error:\n  /tmp/x/schema.json:1: 12750: error: cannot parse value starting with: -\n",
+    )  # fmt: skip
+    fields = error_fields(failed)
+    error = ErrorInfo(
+        stage="export", type=fields["type"], message=fields["message"] + "\nprogram observation"
+    )
+    assert error.one_line() == (
+        "subprocess.CalledProcessError: flatc exited 1: "
+        "error: / /tmp/x/schema.json:1: 12750: error: cannot parse value starting with: -"
+    )
+    # Any other error keeps the line that says what went wrong.
+    assert ErrorInfo(stage="export", type="RuntimeError", message="no kernel\nits: x").one_line() == (
+        "RuntimeError: no kernel"
     )

@@ -16,6 +16,8 @@ import traceback
 from pathlib import Path
 from typing import Any, TextIO
 
+from coverfarm.result import SUBPROCESS_WORDS
+
 
 class EventLog:
     """Append-only writer, flushed after every event (the parent may kill us at any moment)."""
@@ -80,7 +82,7 @@ def error_fields(error: BaseException) -> dict[str, str]:
     lines = [str(error), *getattr(error, "__notes__", [])]
     said = subprocess_output(error)
     if said is not None:
-        lines.append(f"its output: {said}")
+        lines.append(f"{SUBPROCESS_WORDS}{said}")
     seen = {id(error)}
     cause = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
     while cause is not None and id(cause) not in seen:
