@@ -24,8 +24,17 @@ class Board(BaseModel):
     model: str | None = None  # /proc/device-tree/model (SBCs such as RK3588 boards); None elsewhere
     compatible: list[str] = Field(default_factory=list)  # /proc/device-tree/compatible: board, then SoC
     cpu_model: str | None = None
+    # The CPU's vector extensions that ExecuTorch's CPU kernels (XNNPACK's above all) pick between, as
+    # /proc/cpuinfo lists them: one model name spans machines with and without AVX-512.
+    cpu_features: list[str] = Field(default_factory=list)
     cores: int
     arch: str
+
+    def cpu_text(self) -> str | None:
+        """``AMD EPYC (avx2, fma, f16c)``: the model and its vector extensions; None when neither is known."""
+        if self.cpu_features:
+            return f"{self.cpu_model or 'CPU'} ({', '.join(self.cpu_features)})"
+        return self.cpu_model
 
 
 class VulkanDevice(BaseModel):

@@ -168,6 +168,8 @@ def run_side(run: DeviceInput) -> Side | None:
         ("runner", f"{result.runner_id if result.runner_id is not None else run.run_runner_id} on "
                    f"{result.host_id or 'an unknown host'}"),
     ]  # fmt: skip
+    if result.probe is not None and (cpu := result.probe.board.cpu_text()):
+        facts.append(("cpu", f"{cpu}, {result.probe.board.cores} cores"))
     if result.load is not None and result.load.first_ms is not None:
         warm = f", warm {result.load.warm_ms:.0f} ms" if result.load.warm_ms is not None else ""
         facts.append(("program load", f"first {result.load.first_ms:.0f} ms{warm}"))
@@ -191,6 +193,8 @@ def baseline_side(device: DeviceInput) -> Side | None:
         ("eager", f"PyTorch {result.torch_version or '?'} on {threads}{cores}"),
         ("runner", f"{runner} on {result.host_id or 'an unknown host'}"),
     ]
+    if result.host is not None and (cpu := result.host.cpu_text()):
+        facts.append(("cpu", f"{cpu}, {result.host.cores} cores"))
     facts += _rules(latency, judged)
     return Side("Eager baseline", result.status, judged, latency, replica_rows(latency), facts, result.error)
 

@@ -372,7 +372,7 @@ def describe(report: ProbeReport) -> str:
     lines = [
         f"board:        {b.model or '(no device-tree model)'}"
         + (f" ({', '.join(b.compatible)})" if b.compatible else ""),
-        f"cpu:          {b.cpu_model or 'unknown'} ({b.cores} cores, {b.arch})",
+        f"cpu:          {b.cpu_text() or 'unknown'} ({b.cores} cores, {b.arch})",
         f"executorch:   {report.executorch.version or 'not installed'}; backends: "
         + (", ".join(report.executorch.registered_backends) or report.executorch.error or "none"),
     ]

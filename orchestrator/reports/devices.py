@@ -57,7 +57,7 @@ def device_runtimes(session: Session, sweep: Sweep, backend: str, stack: str | N
             continue
         probe = run.probe
         board = probe.board if probe is not None else None
-        parts = [(board.model or board.cpu_model if board else None) or "board not recorded"]
+        parts = [(board.model or board.cpu_text() if board else None) or "board not recorded"]
         if probe is not None and probe.executorch.version:
             backends = ", ".join(probe.executorch.registered_backends) or "none"
             parts.append(f"ExecuTorch runtime {probe.executorch.version} (backends: {backends})")

@@ -271,3 +271,55 @@ def test_the_emulation_layers_are_read_from_the_loaders_variables() -> None:
         "VK_LAYER_ML_Tensor_Emulation"
     ]
     assert emulation_layers({"VK_INSTANCE_LAYERS": "VK_LAYER_KHRONOS_validation"}) == []
+
+
+@pytest.mark.parametrize(
+    ("cpuinfo", "model", "features"),
+    [
+        (  # a 2-core cloud VM: a family's name, AVX2 and no AVX-512
+            "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx f16c fma avx2 bmi2\n\n"
+            "processor\t: 1\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx f16c fma avx2 bmi2\n",
+            "AMD EPYC",
+            ["avx", "avx2", "fma", "f16c"],
+        ),
+        (
+            "model name\t: Intel(R) Xeon(R) Platinum 8480+\n"
+            "flags\t\t: avx avx2 fma f16c avx512f avx512bw avx512vl avx512_vnni avx512_bf16 amx_tile "
+            "amx_int8\n",
+            "Intel(R) Xeon(R) Platinum 8480+",
+            [
+                "avx",
+                "avx2",
+                "fma",
+                "f16c",
+                "avx512f",
+                "avx512bw",
+                "avx512vl",
+                "avx512_vnni",
+                "avx512_bf16",
+                "amx_tile",
+                "amx_int8",
+            ],
+        ),
+        (  # an RK3588's Cortex-A76 cores: arm64 says "Features", and often no model name
+            "processor\t: 4\nBogoMIPS\t: 48.00\nFeatures\t: fp asimd evtstrm aes crc32 atomics fphp asimdhp "
+            "asimddp lrcpc dcpop\nCPU part\t: 0xd0b\n",
+            None,
+            ["asimd", "asimdhp", "asimddp", "fphp"],
+        ),
+    ],
+    ids=["epyc-avx2", "xeon-amx", "cortex-a76"],
+)
+def test_the_board_records_the_cpus_vector_extensions(
+    cpuinfo: str, model: str | None, features: list[str], tmp_path: Path
+) -> None:
+    """One model name spans machines whose XNNPACK kernels differ (act's bundle has read 77.7 to 457 ms on
+    2-core VMs of one kind): the board records the extensions the kernels pick between."""
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "cpuinfo").write_text(cpuinfo)
+    host = board(tmp_path)
+    assert (host.cpu_model, host.cpu_features) == (model, features)
+    expected = f"{model or 'CPU'} ({', '.join(features)})"
+    assert host.cpu_text() == expected
+    report = ProbeReport(board=host, vulkan_devices=[], vulkan_status="ok", executorch=VULKAN_RUNTIME)
+    assert f"cpu:          {expected} ({host.cores} cores, {host.arch})" in describe(report)
