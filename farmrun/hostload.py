@@ -21,6 +21,9 @@ from coverfarm.device_result import HostLoad
 _STAT = Path("/proc/stat")
 _LOADAVG = Path("/proc/loadavg")
 _MACHINE_ID = (Path("/etc/machine-id"), Path("/var/lib/dbus/machine-id"))
+# The running kernel's id, new at each boot: a machine without a machine id (a container, a leased VM)
+# is told apart by it, where host names repeat ("vm", "localhost").
+_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 # /proc/stat counts in clock ticks (10 ms at the usual 100 Hz): over a shorter window than this the
 # shares are mostly rounding, and are left unknown.
 MIN_WINDOW_S = 0.5
@@ -131,13 +134,20 @@ class LoadMeter:
 
 
 def host_id() -> str:
-    """This host's machine id (``/etc/machine-id``) and name; the name alone where there is no id."""
+    """This host's machine id (``/etc/machine-id``) and name; where there is no machine id, the kernel's
+    boot id (``boot-<id>/<name>``: the speed-up rule pairs a device run and a baseline by this, and two
+    leased machines may share a name); the name alone where there is neither."""
     name = socket.gethostname()
     for path in _MACHINE_ID:
-        try:
-            machine = path.read_text().strip()
-        except OSError:
-            continue
-        if machine:
+        if machine := _read_id(path):
             return f"{machine}/{name}"
+    if boot := _read_id(_BOOT_ID):
+        return f"boot-{boot}/{name}"
     return name
+
+
+def _read_id(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""

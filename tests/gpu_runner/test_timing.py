@@ -3,6 +3,7 @@ fresh processes judged together, and a speed-up only from two trusted measuremen
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ from standin_runtimes import FlakyOutputRuntime, SlowRuntime
 from coverfarm.baseline import BaselineResult, speedup
 from coverfarm.device_result import DeviceResult, Isolation, LatencyStats, TimingRules
 from coverfarm.result import Options
+from farmrun import hostload
 from farmrun.hostload import LoadMeter, cpu_seconds, host_id, live_descendant_seconds
 from farmrun.hostlock import HostLock
 from farmrun.stats import MAX_S_REACHED, MIN_REACHED, combine, latency_stats, replica, timed_loop
@@ -199,3 +201,18 @@ def test_a_live_child_counts_as_the_timed_process_own_cpu_not_as_another_process
     assert child_s >= 1.0
     assert load.own_cores * load.window_s >= 0.9 * child_s - 0.05
     assert load.own_cores <= load.busy_cores
+
+
+def test_a_host_without_a_machine_id_is_told_apart_by_its_boot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Leased GPU hosts have no machine id and all call themselves ``vm``: their name alone would pair a
+    baseline of one machine with a device run of another."""
+    monkeypatch.setattr(hostload, "_MACHINE_ID", (tmp_path / "no-machine-id",))
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    assert host_id() == f"boot-{boot}/{socket.gethostname()}"
+    monkeypatch.setattr(hostload, "_BOOT_ID", tmp_path / "no-boot-id")
+    assert host_id() == socket.gethostname()
+    (tmp_path / "machine-id").write_text("3d1219c7\n")
+    monkeypatch.setattr(hostload, "_MACHINE_ID", (tmp_path / "machine-id",))
+    assert host_id() == f"3d1219c7/{socket.gethostname()}"
