@@ -13,7 +13,7 @@ from coverfarm import tracker
 from coverfarm.baseline import BaselineResult, Speedup, speedup
 from coverfarm.cell_build import DeviceInput
 from coverfarm.cell_view import Column
-from coverfarm.device_result import DeviceFailure, LatencyStats, Replica, RuntimeIdentity
+from coverfarm.device_result import Board, DeviceFailure, LatencyStats, Replica, RuntimeIdentity
 from coverfarm.latency_interval import LatencyInterval, interval_of, milliseconds_range
 from coverfarm.result import ResultDocument
 
@@ -140,6 +140,13 @@ def _runtime(identity: RuntimeIdentity | None, runtime: str | None) -> str:
     return f"{text} ({identity.note})" if identity.note else text
 
 
+def _cpu(board: Board | None) -> list[tuple[str, str]]:
+    """The host's CPU, with its vector extensions, where the result recorded it."""
+    if board is None or not (cpu := board.cpu_text()):
+        return []
+    return [("cpu", f"{cpu}, {board.cores} cores")]
+
+
 def _rules(latency: LatencyStats | None, judged: LatencyInterval | None) -> list[tuple[str, str]]:
     if latency is None or judged is None:
         return []
@@ -168,8 +175,7 @@ def run_side(run: DeviceInput) -> Side | None:
         ("runner", f"{result.runner_id if result.runner_id is not None else run.run_runner_id} on "
                    f"{result.host_id or 'an unknown host'}"),
     ]  # fmt: skip
-    if result.probe is not None and (cpu := result.probe.board.cpu_text()):
-        facts.append(("cpu", f"{cpu}, {result.probe.board.cores} cores"))
+    facts += _cpu(result.probe.board if result.probe is not None else None)
     if result.load is not None and result.load.first_ms is not None:
         warm = f", warm {result.load.warm_ms:.0f} ms" if result.load.warm_ms is not None else ""
         facts.append(("program load", f"first {result.load.first_ms:.0f} ms{warm}"))
@@ -193,8 +199,7 @@ def baseline_side(device: DeviceInput) -> Side | None:
         ("eager", f"PyTorch {result.torch_version or '?'} on {threads}{cores}"),
         ("runner", f"{runner} on {result.host_id or 'an unknown host'}"),
     ]
-    if result.host is not None and (cpu := result.host.cpu_text()):
-        facts.append(("cpu", f"{cpu}, {result.host.cores} cores"))
+    facts += _cpu(result.host)
     facts += _rules(latency, judged)
     return Side("Eager baseline", result.status, judged, latency, replica_rows(latency), facts, result.error)
 

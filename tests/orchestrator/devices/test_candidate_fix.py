@@ -72,9 +72,12 @@ def test_a_candidate_fix_runtime_is_shown_on_its_cells(
     note = (
         f"runtime native executor_runner built from 3b60683923 (1.5.1) with {FIX} applied (a candidate fix)"
     )
+    board = Board(cpu_model="AMD EPYC", cpu_features=["avx", "avx2", "fma", "f16c"], cores=2, arch="x86_64")
+    host = ProbeReport(board=board, vulkan_status="none", executorch=ExecutorchInfo(version="1.5.1"))
     with_fix = {
         **device_result(patched.sha256, 25.0),
         "runtime_identity": {**identity, "patches": [FIX], "note": note},
+        "probe": host.model_dump(mode="json"),
     }
     without = {**device_result(plain.sha256, 30.0), "policy": "vqbet", "runtime_identity": identity}
     for document in (with_fix, without):
@@ -88,8 +91,10 @@ def test_a_candidate_fix_runtime_is_shown_on_its_cells(
     assert "with #N</b>: that device run's runtime was built with upstream pull request #N applied" in grid
     details = client.get(f"/cells/{cells['act']['id']}").text
     assert "⚗ with #22786" in details and f"runtime built with {FIX} applied (a candidate fix" in details
+    assert "AMD EPYC (avx, avx2, fma, f16c), 2 cores" in details  # the host's CPU and its extensions
     assert "⚗" not in client.get(f"/cells/{cells['vqbet']['id']}").text
     report = client.get(f"/api/sweeps/{sweep['id']}/report.md").text
     # one replica each: no interval, hence ~ (docs/metrics.md, "device cell")
     assert "~25 ms ⚗ with #22786 |" in report and "~30 ms |" in report
     assert '"⚗ with #N" after a device cell' in report and note in report  # the legend and Built on
+    assert f"{CLASS}: AMD EPYC (avx, avx2, fma, f16c);" in report
