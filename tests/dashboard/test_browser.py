@@ -529,9 +529,9 @@ def test_a_big_grid_loads_rows_as_they_come_into_view_and_each_event_asks_for_it
         wait_until(
             browser, "return window.__changedAt !== null", 10, "the last row's cell to show its numbers"
         )
-        # The job's start and its result are two events: a fetch for the first that lands after the
-        # second's commit can show the result with the job still running (the export column's "✓ ⏳")
-        # until the second event's fetch, so the row is read once it has settled.
+        # The job's start and its result are two events, and the page's first change may be the start
+        # (each fetch reads one snapshot: the job running, or the result stored), so the row is read
+        # once it has settled.
         wait_for(lambda: cell_texts(browser, last) == ACT_ROW, 10, "the last row to read as stored")
         stored = datetime.fromisoformat(api.get(f"/api/cells/{last}").json()["jobs"][0]["finished_at"])
         shown = browser.execute_script("return window.__changedAt") / 1000
