@@ -190,3 +190,8 @@ def test_denoising_policy_on_vulkan_weights_the_step_program_by_its_runs(
     manifest = check_bundle(doc)
     assert manifest["frames"] == 1
     assert [c["program"] for c in manifest["plan"]["calls"]].count("denoise_step") == 4
+    # The step's test case is its middle call (DDPM's 4 of 100 steps: t = 75, 50, 25, 0; the third),
+    # where its output depends on the network's; at t = 75 the clipped update all but fixes it.
+    assert doc.bundle is not None
+    testcase = np.load(Path(doc.bundle.path) / "testcase.npz")
+    assert testcase["denoise_step/in/2"].tolist() == [25]  # the step's inputs: cond, x, t, noise
