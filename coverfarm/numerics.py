@@ -65,6 +65,9 @@ class NumericsOp(BaseModel):
     max_abs_error: float
     bound: float  # atol + rtol × max |eager|: the error this output may have
     departs: bool  # some element is outside the tolerance (np.allclose(runtime, eager) fails)
+    # A delegate call's departure judged where it shows (paired by debug handle, when the Inspector's
+    # pairing fails): the CPU op reading ``node``, whose error ``max_abs_error`` is; None: its own output.
+    seen_at: str | None = None
     # The span's nodes as plain JSON (worker/lower/metrics/example.py), on the first departing op only:
     # what its one-op repro (``python -m worker.repros.numerics``) is built from.
     examples: list[dict[str, Any]] = Field(default_factory=list)
@@ -84,6 +87,9 @@ class NumericsSummary(BaseModel):
     grain: str  # what the runtime logged, in words
     reference_graph: str  # the ETRecord's graph eager ran: ATen ``exported_program`` or the edge one
     inspector_version: str | None = None
+    # How logged outputs were paired with eager's: None, the Inspector's own pairing; else in words, with
+    # why (worker/profile/numerics_handles.py)
+    pairing: str | None = None
 
 
 class NumericsRun(BaseModel):
@@ -118,6 +124,7 @@ def growth(summary: NumericsSummary, limit: int = 12) -> list[NumericsOp]:
 
 def op_words(op: NumericsOp) -> str:
     """``aten.mul.Tensor`` (node ``mul``), or a delegate call's span by its first and last nodes."""
+    seen = f", seen at {op.seen_at}, which reads it" if op.seen_at else ""
     if op.span > 1:
-        return f"{op.op} ({op.span} ops {op.first_node} … {op.node} in one {op.where} call)"
-    return f"{op.op} ({op.node})"
+        return f"{op.op} ({op.span} ops {op.first_node} … {op.node} in one {op.where} call{seen})"
+    return f"{op.op} ({op.node}{seen})"

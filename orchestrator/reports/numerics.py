@@ -79,6 +79,8 @@ def numerics_section(cells: list[CellNumerics]) -> list[str]:
             lines += ["", f"intermediate outputs captured, not compared: {run.summary_note or 'no summary'}"]
             continue
         lines += ["", tracker.numerics_line(summary) + ".", "", f"Captured: {summary.grain}."]
+        if summary.pairing:
+            lines += ["", f"Paired {summary.pairing}."]
         rows = tracker.numerics_rows(summary)
         if rows:
             lines += ["", markdown_table(GROWTH_HEADER, rows)]

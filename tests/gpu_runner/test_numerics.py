@@ -134,6 +134,52 @@ def test_an_xnnpack_delegate_logs_its_outputs_only_and_its_ops_are_named_togethe
     assert [(op.program, op.departs) for op in wrong.ops] == [("obs", True), ("obs", True), ("step", False)]
 
 
+def test_pairing_by_debug_handle_names_the_delegate_call_the_inspector_names(
+    bundles: dict[tuple[str, bool], Path],
+) -> None:
+    """Where the Inspector cannot pair a capture (it raised on a Vulkan capture of diffusion's step), the
+    CPU-kernel ops are paired with eager's by debug handle, and a delegate call's departure is seen at
+    the CPU op that reads it: here the altered XNNPACK call (linear, relu), seen at the cumsum after it,
+    the same call the Inspector's pairing names."""
+    right = compare(captured(bundles["xnnpack", False]), bundles["xnnpack", False], pairing="handles")
+    assert [(op.program, op.op, op.where) for op in right.ops] == [("obs", "aten.cumsum.default", CPU)]
+    assert right.first is None and right.ops[0].max_abs_error < 1e-5
+    assert right.pairing is not None and right.pairing.startswith("by debug handle")
+    assert "obs (asked for)" in right.pairing and right.reference_graph == "edge_dialect_exported_program"
+
+    wrong = compare(captured(bundles["xnnpack", True]), bundles["xnnpack", True], pairing="handles")
+    first = wrong.first
+    assert first is not None
+    assert (first.program, first.op, first.where, first.span) == ("obs", "aten.relu.default", XNNPACK, 2)
+    assert first.seen_at is not None and "cumsum" in first.seen_at
+    assert [e["op"] for e in first.examples] == ["aten.linear.default", "aten.relu.default"]
+    assert op_words(first).endswith(f"in one XnnpackBackend call, seen at {first.seen_at}, which reads it)")
+    # the cumsum's own row follows, departing with the error it was handed
+    assert [(op.op, op.departs) for op in wrong.ops] == [
+        ("aten.relu.default", True), ("aten.cumsum.default", True),
+    ]  # fmt: skip
+    assert wrong.ops[1].max_abs_error == first.max_abs_error > first.bound
+    assert compare(captured(bundles["xnnpack", True]), bundles["xnnpack", True]).pairing is None
+
+
+def test_an_op_of_several_outputs_gets_a_one_op_repro_of_its_first() -> None:
+    """native_group_norm returns its output, mean and rstd; its repro returns the output alone (the
+    plan names one output per program), as eager's group norm computes it."""
+    from executorch.exir import to_edge
+
+    from worker.lower.metrics.example import describe
+
+    model = torch.nn.GroupNorm(8, 32).eval()
+    edge = to_edge(torch.export.export(model, (torch.randn(1, 32, 16),))).exported_program()
+    (node,) = [n for n in edge.graph.nodes if "native_group_norm" in str(n.target)]
+    repro = OneOp(describe(node, edge)).eval()
+    (x,) = repro.examples(0)
+    weight, bias = (getattr(repro, name) for name in ("c0", "c1"))
+    out = repro(x)
+    assert isinstance(out, torch.Tensor) and out.shape == (1, 32, 16)
+    torch.testing.assert_close(out, torch.nn.functional.group_norm(x, 8, weight, bias, model.eps))
+
+
 def test_run_bundle_makes_a_numerics_run_after_a_wrong_output_apart_from_its_latency(
     bundles: dict[tuple[str, bool], Path], tmp_path: Path
 ) -> None:

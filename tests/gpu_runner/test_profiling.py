@@ -132,3 +132,23 @@ def test_no_profile_without_a_declared_runtime_or_after_a_run_that_never_ran(pro
         update={"status": "failed", "failure": DeviceFailure(kind="refused_at_load", cause="refused")}
     )
     assert profile_result(refused, profiled, STAND_IN, 60).profile is None
+
+
+# One dispatch's event name as Vulkan's runtime (ExecuTorch main, an H100) logged it in a profile of
+# diffusion's denoise step: a JSON object per dispatch, its ids unique, so that raw names never add up.
+VULKAN_DISPATCH = (
+    '{"operator": {"name": "aten.convolution.default", "delegate_node_id": 8, "args": [{"type": "TENSOR", '
+    '"value_ref": 20, "dtype": "Float", "sizes": [1, 128, 8], "storage": "TEXTURE_3D", "packed_dim": 2}]}, '
+    '"kernel_name": "conv1d_float", "operator_id": 234, "dispatch_id": 14}'
+)
+
+
+def test_a_vulkan_dispatch_is_named_by_its_op_and_shader() -> None:
+    from worker.profile.summarize import delegated_op_name
+
+    assert delegated_op_name(VULKAN_DISPATCH) == "aten.convolution.default (conv1d_float)"
+    other = VULKAN_DISPATCH.replace('"dispatch_id": 14', '"dispatch_id": 15').replace("234", "235")
+    assert delegated_op_name(other) == delegated_op_name(VULKAN_DISPATCH)  # dispatches of one op add up
+    assert delegated_op_name("Fully Connected (NC, F32) GEMM #1") == "Fully Connected (NC, F32) GEMM #1"
+    assert delegated_op_name('{"not": "an operator"}') == '{"not": "an operator"}'
+    assert delegated_op_name("{not json") == "{not json"

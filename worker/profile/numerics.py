@@ -29,13 +29,14 @@ import tempfile
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from coverfarm import backends
 from coverfarm.bundle_manifest import BundleError, Manifest, load_manifest
 from coverfarm.numerics import CPU, WHEEL_GRAIN, NumericsDump, NumericsOp, NumericsRun, NumericsSummary
+from worker.profile.numerics_handles import PAIRING, pair_by_handle
 
 DELEGATE_CALL = "DELEGATE_CALL"
 MAX_EXAMPLES = 16  # nodes of a span described for its repro
@@ -68,7 +69,7 @@ def _error(actual: np.ndarray, expected: np.ndarray) -> float:
     return float(np.max(np.where(np.isnan(diff), np.inf, diff)))
 
 
-def _pairs(eager: Any, runtime: list[Any]) -> list[tuple[np.ndarray, np.ndarray]]:
+def pair_outputs(eager: Any, runtime: list[Any]) -> list[tuple[np.ndarray, np.ndarray]]:
     """(runtime, eager) arrays to compare: each eager tensor with the runtime tensor of its shape that is
     closest to it. Eager gives a span one output, its last node's; a delegate call with several outputs
     comes as several rows of one span (``calculate_numeric_gap`` pairs each with that same eager output),
@@ -108,10 +109,14 @@ def _files(dump: NumericsDump, folder: Path, captures: Path | None) -> tuple[Pat
     return etdump, debug
 
 
-def _read(
+class PairingFailed(Exception):
+    """The Inspector raised while pairing the runtime's logged outputs with eager's."""
+
+
+def _inspector(
     dump: NumericsDump, etrecord_path: Path, inputs: list[Any], folder: Path, captures: Path | None
-) -> tuple[Any, Any, str]:
-    """(the gap's rows, the reference ExportedProgram, its name) of one program."""
+) -> tuple[Any, Any]:
+    """(the Inspector over one program's capture, its parsed ETRecord)."""
     from executorch.devtools import Inspector
     from executorch.devtools.etrecord import parse_etrecord
 
@@ -121,20 +126,30 @@ def _read(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         inspector = Inspector(etdump_path=str(etdump), etrecord=record, debug_buffer_path=str(debug))
+    return inspector, record
+
+
+def _read(inspector: Any, record: Any, program: str) -> tuple[Any, Any, str]:
+    """(the gap's rows, the reference ExportedProgram, its name) of one program; PairingFailed, with
+    the Inspector's words, where its pairing raises."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         for name in REFERENCE_GRAPHS:
             try:
                 rows = inspector.calculate_numeric_gap(_comparator(), reference_graph=name)
             except ValueError:
                 continue  # debug handles do not map back to the ATen graph: the edge graph is eager
+            except (IndexError, TypeError, KeyError) as error:
+                raise PairingFailed(f"{type(error).__name__}: {error}") from None
             ep = record.exported_program if name == REFERENCE_GRAPHS[0] else record.edge_dialect_program
             return rows, ep, name
-    raise BundleError(f"the ETRecord of {dump.program} gives eager no graph to run")
+    raise BundleError(f"the ETRecord of {program} gives eager no graph to run")
 
 
 def _comparator() -> Any:
     """The Inspector's gap as the max abs difference, NaN where the two outputs' shapes differ (its
     own comparators raise there, which would stop the whole comparison at one odd pair): the figures
-    this module keeps are its own (``judge``), from the pairs ``_pairs`` makes."""
+    this module keeps are its own (``judge``), from the pairs ``pair_outputs`` makes."""
     from executorch.devtools.inspector.numerical_comparator import NumericalComparatorBase
 
     class MaxAbs(NumericalComparatorBase):
@@ -151,6 +166,9 @@ def _nodes(ep: Any) -> dict[str, Any]:
     return {node.name: node for node in ep.graph.nodes}
 
 
+Pairing = Literal["inspector", "handles"]
+
+
 def compare_program(
     dump: NumericsDump,
     etrecord: Path,
@@ -158,15 +176,34 @@ def compare_program(
     manifest: Manifest,
     folder: Path,
     captures: Path | None = None,
-) -> tuple[list[tuple[NumericsOp, list[str]]], Any, str, int]:
+    pairing: Pairing = "inspector",
+) -> tuple[list[tuple[NumericsOp, list[str]]], Any, str, int, str | None]:
     """Every output the runtime logged for one program, in graph order, judged, with the names of the
-    nodes it stands for; the reference graph; how many logged outputs matched no eager output's shape."""
-    from worker.lower.metrics.graph import op_name
-
-    rows, ep, graph_name = _read(dump, etrecord, inputs, folder, captures)
-    nodes = _nodes(ep)
+    nodes it stands for; the reference graph and its name; how many logged outputs matched no eager
+    output's shape; why the pairing by debug handle was used (None: the Inspector's was). ``pairing``
+    "handles" uses it whatever the Inspector would do."""
+    inspector, record = _inspector(dump, etrecord, inputs, folder, captures)
     backend = backends.runtime_backends().get(manifest.backend or "", manifest.backend or "delegate")
     atol, rtol = manifest.tolerance.atol, manifest.tolerance.rtol
+    try:
+        if pairing == "handles":
+            raise PairingFailed("asked for")
+        rows, ep, graph_name = _read(inspector, record, dump.program)
+    except PairingFailed as error:
+        edge = record.edge_dialect_program
+        found = pair_by_handle(inspector, edge, inputs, dump.program, backend, atol, rtol)
+        return found, edge, REFERENCE_GRAPHS[1], 0, str(error)
+    found, skipped = _judged_rows(rows, ep, dump.program, backend, atol, rtol)
+    return found, ep, graph_name, skipped, None
+
+
+def _judged_rows(
+    rows: Any, ep: Any, program: str, backend: str, atol: float, rtol: float
+) -> tuple[list[tuple[NumericsOp, list[str]]], int]:
+    """The Inspector's rows as judged ops, spans in graph order; how many it paired with no shape."""
+    from worker.lower.metrics.graph import op_name
+
+    nodes = _nodes(ep)
     found = []
     skipped: list[str] = []
     spans: dict[tuple[int, ...], list[Any]] = {}
@@ -176,7 +213,7 @@ def compare_program(
         row = spans[handles][0]
         names = [str(n) for n in row["aot_ops"]]
         runtime = [r["runtime_intermediate_output"] for r in spans[handles]]
-        pairs = _pairs(row["aot_intermediate_output"], runtime)
+        pairs = pair_outputs(row["aot_intermediate_output"], runtime)
         if not names or not pairs:
             skipped.append(names[-1] if names else "?")
             continue
@@ -185,7 +222,7 @@ def compare_program(
         delegated = DELEGATE_CALL in [str(op) for op in row["runtime_ops"]]
         found.append((
             NumericsOp(
-                program=dump.program,
+                program=program,
                 op=op_name(last) if last is not None else names[-1],
                 node=names[-1],
                 span=len(names),
@@ -197,7 +234,7 @@ def compare_program(
             ),
             names,
         ))  # fmt: skip
-    return found, ep, graph_name, len(skipped)
+    return found, len(skipped)
 
 
 def describe_span(ep: Any, names: list[str]) -> list[dict[str, Any]]:
@@ -209,10 +246,16 @@ def describe_span(ep: Any, names: list[str]) -> list[dict[str, Any]]:
 
 
 def compare(
-    run: NumericsRun, bundle: Path, manifest: Manifest | None = None, captures: Path | None = None
+    run: NumericsRun,
+    bundle: Path,
+    manifest: Manifest | None = None,
+    captures: Path | None = None,
+    pairing: Pairing = "inspector",
 ) -> NumericsSummary:
     """Which op of ``run``'s programs goes wrong first, and every compared output's error; the capture's
-    files are read from ``captures`` where given, else from the run's copies."""
+    files are read from ``captures`` where given, else from the run's copies. A program whose logged
+    outputs the Inspector cannot pair is paired by debug handle (``numerics_handles``), as every program
+    is with ``pairing`` "handles"."""
     from coverfarm.bundle_manifest import read_npz, take_array
 
     manifest = manifest or load_manifest(bundle)
@@ -225,6 +268,7 @@ def compare(
     uncompared = 0
     graphs: dict[str, Any] = {}
     names_used = set()
+    fell_back: list[str] = []
     with tempfile.TemporaryDirectory(prefix="coverfarm-numerics.") as work:
         for program in _program_order(manifest):
             spec, dump = specs[program], dumps.get(program)
@@ -242,9 +286,11 @@ def compare(
                 torch.from_numpy(np.array(take_array(testcase, f"{program}/in/{i}", "testcase.npz")))
                 for i in range(len(spec.inputs))
             ]
-            found, ep, graph_name, odd = compare_program(
-                dump, etrecord, inputs, manifest, Path(work), captures
+            found, ep, graph_name, odd, why = compare_program(
+                dump, etrecord, inputs, manifest, Path(work), captures, pairing
             )
+            if why is not None:
+                fell_back.append(f"{program} ({why})")
             uncompared += odd
             compared += found
             graphs[program] = ep
@@ -267,6 +313,7 @@ def compare(
         grain=WHEEL_GRAIN if run.stand_in else "as the runtime's event tracer logs them",
         reference_graph=" and ".join(sorted(names_used)) or REFERENCE_GRAPHS[0],
         inspector_version=_version(),
+        pairing=f"{PAIRING}, for {', '.join(fell_back)}" if fell_back else None,
     )
 
 

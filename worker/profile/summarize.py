@@ -10,7 +10,8 @@ are summed over the profiled chunk's executions (those after the warm-up's, ``Pr
 - ``OPERATOR_CALL``: an op the runtime ran on its CPU kernels, a CPU-left op (its ``native_call_*``
   event sits inside it and is not counted again);
 - events a delegate logs inside itself (``is_delegated_op``): the delegate's own ops, by its names
-  (XNNPACK's ``Fully Connected (NC, F32) GEMM #1``, Vulkan's shaders), for the top ops only.
+  (XNNPACK's ``Fully Connected (NC, F32) GEMM #1``; Vulkan's dispatches, each named by a JSON object, as
+  their op and shader, ``delegated_op_name``), for the top ops only.
 
 docs/metrics.md ("Profile figures") defines every figure. Run as
 ``python -m worker.profile.summarize --bundle DIR --profile IN.json --out OUT.json`` by the runner's
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import base64
 import importlib.metadata
+import json
 import sys
 import tempfile
 import warnings
@@ -72,6 +74,20 @@ def _ms(event: Any, warmup: int) -> tuple[float, int]:
     """An event's milliseconds and occurrences in the profiled executions (after the warm-up's)."""
     raw = list(event.perf_data.raw)[warmup:] if event.perf_data is not None else []
     return float(sum(raw)), len(raw)
+
+
+def delegated_op_name(event: str) -> str:
+    """A delegate's own event by the op it runs: Vulkan names each dispatch by a JSON object (the op, its
+    arguments, its shader, its dispatch's ids: one name per dispatch), read as ``aten.convolution.default
+    (conv1d_float)`` so that a op's dispatches add up; any other name as it is."""
+    if not event.startswith("{"):
+        return event
+    try:
+        described = json.loads(event)
+        op, kernel = described["operator"]["name"], described.get("kernel_name")
+    except (ValueError, KeyError, TypeError):
+        return event
+    return f"{op} ({kernel})" if kernel else str(op)
 
 
 def op_name(op_types: Sequence[str], kernel: str | None) -> str:
@@ -125,7 +141,11 @@ def summarize_program(
                 sums.add_op(name, CPU, ms, calls, dump.program)
             elif event.is_delegated_op:
                 sums.add_op(
-                    event.name, event.delegate_backend_name or default_backend, ms, calls, dump.program
+                    delegated_op_name(event.name),
+                    event.delegate_backend_name or default_backend,
+                    ms,
+                    calls,
+                    dump.program,
                 )
     sums.execute_ms += mine.execute_ms
     sums.delegate_ms += mine.delegate_ms

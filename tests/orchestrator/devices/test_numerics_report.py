@@ -87,3 +87,18 @@ def test_the_report_and_the_cells_details_say_which_op_goes_wrong_from_a_recorde
     assert "first departs from eager: aten.relu.default (2 ops linear … relu" in details
     assert f"max abs error {error}" in details
     assert f"aten.cumsum.default (cumsum) cpu {cumsum.max_abs_error:.3g}" in details, details[:1500]
+
+    # A run the Inspector could not pair, paired by debug handle: the report and the page say so, and
+    # the delegate call's entry says where its departure was seen.
+    handled = json.loads(RECORDED.read_text())
+    handled["summary"]["pairing"] = "by debug handle, for obs (IndexError: list index out of range)"
+    handled["summary"]["first"]["seen_at"] = "cumsum"
+    document["numerics"] = handled
+    stored = client.post("/api/results/import", headers=admin, json=sign(document, runner_id, private_key))
+    assert stored.status_code == 201, stored.text
+    report = client.get(f"/api/sweeps/{sweep['id']}/report.md").text
+    section = report.split("#### Which op goes wrong", 1)[1]
+    assert "Paired by debug handle, for obs (IndexError: list index out of range)." in section
+    assert "in one XnnpackBackend call, seen at cumsum, which reads it)" in section
+    page = text_of(client.get(f"/cells/{cell['id']}").text)
+    assert "Paired by debug handle, for obs (IndexError: list index out of range)." in page
