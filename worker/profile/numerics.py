@@ -37,6 +37,7 @@ from coverfarm import backends
 from coverfarm.bundle_manifest import BundleError, Manifest, load_manifest
 from coverfarm.numerics import CPU, WHEEL_GRAIN, NumericsDump, NumericsOp, NumericsRun, NumericsSummary
 from worker.profile.numerics_handles import PAIRING, pair_by_handle
+from worker.profile.numerics_judge import judge, pair_outputs
 
 DELEGATE_CALL = "DELEGATE_CALL"
 MAX_EXAMPLES = 16  # nodes of a span described for its repro
@@ -46,53 +47,6 @@ REFERENCE_GRAPHS = ("exported_program", "edge_dialect_exported_program")
 def _program_order(manifest: Manifest) -> list[str]:
     order = list(dict.fromkeys(call.program for call in manifest.plan.calls))
     return order + [p.name for p in manifest.programs if p.name not in order]
-
-
-def _tensors(value: Any) -> list[Any]:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, list | tuple):
-        return [v for item in value for v in _tensors(item)]
-    return []
-
-
-def _array(tensor: Any) -> np.ndarray:
-    return np.asarray(tensor.detach().to("cpu").double().numpy())
-
-
-def _error(actual: np.ndarray, expected: np.ndarray) -> float:
-    if actual.size == 0:
-        return 0.0
-    diff = np.abs(actual - expected)
-    return float(np.max(np.where(np.isnan(diff), np.inf, diff)))
-
-
-def pair_outputs(eager: Any, runtime: list[Any]) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(runtime, eager) arrays to compare: each eager tensor with the runtime tensor of its shape that is
-    closest to it. Eager gives a span one output, its last node's; a delegate call with several outputs
-    comes as several rows of one span (``calculate_numeric_gap`` pairs each with that same eager output),
-    and only one of them is that node's: the closest. Another output's error shows at the ops reading it."""
-    theirs = [_array(t) for value in runtime for t in _tensors(value)]
-    pairs = []
-    for expected in (_array(t) for t in _tensors(eager)):
-        same = [actual for actual in theirs if actual.shape == expected.shape]
-        if same:
-            pairs.append((min(same, key=lambda actual: _error(actual, expected)), expected))
-    return pairs
-
-
-def judge(pairs: list[tuple[np.ndarray, np.ndarray]], atol: float, rtol: float) -> tuple[float, float, bool]:
-    """(max abs error, bound, departs) of the pairs, judged as a device run's outputs are."""
-    error, reference, departs = 0.0, 0.0, False
-    for actual, expected in pairs:
-        if actual.size == 0:
-            continue
-        error = max(error, _error(actual, expected))
-        reference = max(reference, float(np.max(np.abs(np.nan_to_num(expected)))))
-        departs = departs or not bool(np.allclose(actual, expected, rtol=rtol, atol=atol))
-    return error, atol + rtol * reference, departs
 
 
 def _files(dump: NumericsDump, folder: Path, captures: Path | None) -> tuple[Path, Path]:

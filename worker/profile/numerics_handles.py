@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from coverfarm.numerics import CPU, NumericsOp
+from worker.profile.numerics_judge import judge, pair_outputs
 
 DELEGATE_CALL = "DELEGATE_CALL"
 KERNEL_PREFIX = "native_call_"
@@ -84,7 +85,6 @@ def pair_by_handle(
     first delegate call seen to depart put before the op it was seen at; each with its span's node
     names (in the edge program ``program``)."""
     from worker.lower.metrics.graph import op_name
-    from worker.profile.numerics import judge, pair_outputs
 
     nodes = [node for node in program.graph.nodes if node.op == "call_function"]
     by_handle: dict[int, list[Any]] = {}
