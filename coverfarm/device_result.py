@@ -351,6 +351,11 @@ class RuntimeIdentity(BaseModel):
     matches_export: bool | None = None  # None: one of the two is unknown
     note: str | None = None  # "runtime main cff6f4dd32 (1.5.0), export executorch 1.5.1"
 
+    @property
+    def patches_key(self) -> str:
+        """The patches as one key ("" for none): a cell keeps one run per class and key."""
+        return ",".join(sorted(self.patches))
+
 
 class Tolerance(BaseModel):
     rtol: float

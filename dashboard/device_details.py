@@ -61,6 +61,8 @@ class DeviceDetails:
     speedup: Speedup | None
     speedup_text: str  # "2.4× (2.2–2.5), known within ±10%", or why there is none
     waiting: str | None = None  # what is still to come (the run's job, the baseline's)
+    # a candidate-fix runtime's run beside the run the class shows (orchestrator/reports/candidates.py)
+    candidate: bool = False
 
 
 @dataclass(frozen=True)

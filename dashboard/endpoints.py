@@ -29,6 +29,7 @@ from orchestrator.inputs import DB_INT_MAX, Id, Name, Offset, Text
 from orchestrator.models import Cell, utcnow
 from orchestrator.reports import progress
 from orchestrator.reports import service as reports
+from orchestrator.reports.candidates import cell_candidates
 from orchestrator.reports.numerics import cell_numerics
 from orchestrator.reports.profiles import cell_profiles
 from orchestrator.reports.progress_markdown import stack_label
@@ -303,10 +304,21 @@ def cell_details(
     several = len(stored.sweep.stacks or []) > 1
     view = cell_views.view_of(stored, devices, online)
     details = views.details(public_views.cell_view(stored, online), view, several, devices)
+    # Candidate-fix runs beside the runs the cell shows, each in full as its class's run is.
+    beside = [
+        replace(shown, candidate=True)
+        for run in cell_candidates(session, [stored], classes)
+        for shown in device_details.device_details(
+            [run.device],
+            {run.device_class: run.column},
+            {run.device_class: views.KIND_TONES[run.column.kind]},
+        )
+    ]
     details = replace(
         details,
         profiles=views.profile_views(cell_profiles(session, [stored])),
         numerics=views.numerics_views(cell_numerics(session, [stored])),
+        devices=[*details.devices, *beside],
     )
     page = "details.html" if partial else "cell.html"
     return templates.TemplateResponse(request, page, {"d": details, "now": utcnow()})

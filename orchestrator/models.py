@@ -359,13 +359,18 @@ class CellDeviceRow:
 
 class DeviceRun(CellDeviceRow, Base):
     """The device result of one cell on one device class: from its device job (``job_id``) or from an
-    offline import. One row per (cell, class): a retried attempt or a second import replaces it.
-    ``status`` and ``document`` are coverfarm.device_result.DeviceResult's."""
+    offline import. One row per (cell, class, runtime patches): a retried attempt or a second import
+    replaces it; a run of a runtime built with candidate upstream fixes is kept beside the stock
+    runtime's. ``status`` and ``document`` are coverfarm.device_result.DeviceResult's."""
 
     __tablename__ = "device_runs"
+    __table_args__ = (UniqueConstraint("cell_id", "device_class", "runtime_patches"),)
 
     source: Mapped[str] = mapped_column(String(16))  # "job" or "import"
     bundle_sha256: Mapped[str] = mapped_column(String(64))
+    # The runtime's declared upstream pull requests, comma-separated (``RuntimeIdentity.patches``,
+    # ``runtime_patches_key``); empty for a release's runtime
+    runtime_patches: Mapped[str] = mapped_column(String(200), default="", server_default="")
 
 
 class DeviceBaseline(CellDeviceRow, Base):

@@ -77,3 +77,31 @@ def device_inputs(
                 )
             )
     return inputs
+
+
+def candidate_inputs(
+    session: Session, cells: Sequence[Cell], classes: Sequence[str]
+) -> dict[int, list[DeviceInput]]:
+    """Cell id -> one input per candidate-fix run beside the run its class shows (``device_inputs``), in
+    ``classes``: a runtime built with upstream pull requests applied, timed against the class's baseline."""
+    ids = [cell.id for cell in cells]
+    timer_rows = {(b.cell_id, b.device_class): b for b in repository.baselines_of_cells(session, ids)}
+    found: dict[int, list[DeviceInput]] = {cell.id: [] for cell in cells}
+    for row in repository.candidate_runs_of_cells(session, ids):
+        if row.device_class not in classes:
+            continue
+        timer = timer_rows.get((row.cell_id, row.device_class))
+        found[row.cell_id].append(
+            DeviceInput(
+                device_class=row.device_class,
+                run=DeviceResult.model_validate(row.document),
+                baseline=BaselineResult.model_validate(timer.document) if timer is not None else None,
+                baseline_waits=False,
+                job=None,
+                enrolled=True,
+                run_runner_id=row.runner_id,
+                run_reused=row.source == REUSED_SOURCE,
+                baseline_runner_id=timer.runner_id if timer is not None else None,
+            )
+        )
+    return found

@@ -86,23 +86,31 @@ def run_classes_of_sweep(session: Session, sweep_id: int) -> list[str]:
     return sorted(set(session.scalars(query.where(Cell.sweep_id == sweep_id))))
 
 
+RUN_KEY = ("cell_id", "device_class", "runtime_patches")
+
+
 def enrolled_classes(session: Session) -> set[str]:
     """Device classes some runner that is not revoked serves."""
     rows = session.scalars(select(Runner.device_classes).where(Runner.state != RunnerState.REVOKED.value))
     return {name for classes in rows for name in classes}
 
 
-def _upsert(session: Session, table: type[CellDeviceRow], values: dict[str, Any]) -> None:
+def _upsert(
+    session: Session,
+    table: type[CellDeviceRow],
+    values: dict[str, Any],
+    keys: tuple[str, ...] = ("cell_id", "device_class"),
+) -> None:
     insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
     statement = insert(table).values(**values, created_at=utcnow(), updated_at=utcnow())
-    keys = ("cell_id", "device_class")
     replace = {key: statement.excluded[key] for key in (*values, "updated_at") if key not in keys}
     session.execute(statement.on_conflict_do_update(index_elements=list(keys), set_=replace))
 
 
 def upsert_run(session: Session, values: dict[str, Any]) -> None:
-    """Insert or replace the device run of (cell, class): a retry or a second import replaces it."""
-    _upsert(session, DeviceRun, values)
+    """Insert or replace the device run of (cell, class, runtime patches): a retry or a second import of
+    the same runtime replaces it; a candidate-fix runtime's run stands beside the stock runtime's."""
+    _upsert(session, DeviceRun, {"runtime_patches": "", **values}, RUN_KEY)
 
 
 def upsert_baseline(session: Session, values: dict[str, Any]) -> None:
@@ -118,9 +126,25 @@ def runs_by_runner(session: Session, runner_id: int) -> Sequence[DeviceRun]:
 
 
 def runs_of_cells(session: Session, cell_ids: Sequence[int]) -> Sequence[DeviceRun]:
+    """The run each (cell, class) shows: the stock runtime's where there is one, else a candidate fix's
+    (the first by its patches); the others are ``candidate_runs_of_cells``."""
+    return [runs[0] for runs in _runs_by_column(session, cell_ids).values()]
+
+
+def candidate_runs_of_cells(session: Session, cell_ids: Sequence[int]) -> Sequence[DeviceRun]:
+    """The candidate-fix runs beside the run each (cell, class) shows, by cell, class and patches."""
+    return [run for runs in _runs_by_column(session, cell_ids).values() for run in runs[1:]]
+
+
+def _runs_by_column(session: Session, cell_ids: Sequence[int]) -> dict[tuple[int, str], list[DeviceRun]]:
     if not cell_ids:
-        return []
-    return session.scalars(select(DeviceRun).where(DeviceRun.cell_id.in_(cell_ids))).all()
+        return {}
+    query = select(DeviceRun).where(DeviceRun.cell_id.in_(cell_ids))
+    order = (DeviceRun.cell_id, DeviceRun.device_class, DeviceRun.runtime_patches)
+    found: dict[tuple[int, str], list[DeviceRun]] = {}
+    for run in session.scalars(query.order_by(*order)):  # "" (the stock runtime) sorts first
+        found.setdefault((run.cell_id, run.device_class), []).append(run)
+    return found
 
 
 def baselines_of_cells(session: Session, cell_ids: Sequence[int]) -> Sequence[DeviceBaseline]:
@@ -143,6 +167,7 @@ def earlier_runs(
             Cell.sweep_id < before_sweep_id,
             DeviceRun.device_class == device_class,
             DeviceRun.status == "ok",
+            DeviceRun.runtime_patches == "",  # a sweep's history is of release runtimes
         )
         .order_by(Cell.sweep_id.desc())
         .limit(limit)

@@ -125,6 +125,7 @@ def _store(
             "error": result.error,
             "bundle_sha256": result.bundle_sha256,
             "document": document,
+            "runtime_patches": result.runtime_identity.patches_key if result.runtime_identity else "",
         },
     )
 
@@ -244,7 +245,9 @@ def import_baseline(session: Session, document: dict[str, Any], settings: Settin
     targets = []
     for run in repository.runs_by_runner(session, runner.id):
         cell = session.get(Cell, run.cell_id)
-        if cell is not None and cell.policy == baseline.policy and _same_weights(cell.options, baseline):
+        if cell is None or cell.policy != baseline.policy or not _same_weights(cell.options, baseline):
+            continue
+        if (cell, run.device_class) not in targets:  # a stock and a candidate-fix run share one baseline
             targets.append((cell, run.device_class))
     if not targets:
         raise Unprocessable(

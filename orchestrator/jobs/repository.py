@@ -147,6 +147,8 @@ def stored_device_row(
         query = query.where(model.status.in_(statuses))
     if bundle_sha256 is not None and model is DeviceRun:
         query = query.where(DeviceRun.bundle_sha256 == bundle_sha256)
+    if model is DeviceRun:  # a reused cell takes the stock runtime's run, never a candidate fix's
+        query = query.where(DeviceRun.runtime_patches == "")
     found: DeviceRun | DeviceBaseline | None = session.scalars(query).first()
     return found
 

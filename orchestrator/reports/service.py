@@ -18,6 +18,7 @@ from coverfarm.tracker import backend_title
 from orchestrator.errors import Invalid
 from orchestrator.models import Sweep
 from orchestrator.reports.blockers import blocker_groups, blockers_report, reason_what_ifs
+from orchestrator.reports.candidates import CandidateRun, candidate_section, sweep_candidates
 from orchestrator.reports.coverage_table import Views, _coverage, off_release_runs
 from orchestrator.reports.devices import RuntimeIssue, device_intervals, device_runtimes, runtime_issues
 from orchestrator.reports.diff import diff_markdown, diff_sweeps
@@ -39,6 +40,7 @@ def backend_body(
     stack: str | None = None,
     profiles: list[CellProfile] | None = None,
     numerics: list[CellNumerics] | None = None,
+    candidates: list[CandidateRun] | None = None,
 ) -> list[str]:
     """One backend's tracker body; of one stack's cells when ``stack`` is given (its heading names it)."""
     cells = sorted(
@@ -54,6 +56,13 @@ def backend_body(
     lines += ["", *_notes(sweep, docs), "", *_built_on(docs, runtimes or [], flagged), ""]
     lines += _known_issues(blocker_groups(docs), reason_what_ifs(docs), backend)
     lines += _runtime_issues(issues or [])
+    by_policy = {cell.policy: cell for cell in cells}
+    beside = [
+        (run, views[by_policy[run.policy].id].devices.get(run.device_class))
+        for run in candidates or []
+        if run.policy in by_policy
+    ]
+    lines += candidate_section(beside)
     lines += profile_section(profiles or [])
     lines += numerics_section(numerics or [])
     return lines
@@ -71,6 +80,7 @@ def report_markdown(
     stack: str | None = None,
     profiles: dict[Part, list[CellProfile]] | None = None,
     numerics: dict[Part, list[CellNumerics]] | None = None,
+    candidates: dict[Part, list[CandidateRun]] | None = None,
 ) -> str:
     """The whole tracker body of each backend of the sweep (or of each of ``names``, in that order:
     the body of each backend's tracker issue, however many the sweep has). A sweep of several
@@ -101,6 +111,7 @@ def report_markdown(
             part,
             (profiles or {}).get(key),
             (numerics or {}).get(key),
+            (candidates or {}).get(key),
         )
         lines += ["", *body]
     lines.append("")
@@ -178,8 +189,9 @@ def report(
     issues = {part: runtime_issues(session, sweep, *part) for part in parts}
     profiles = {part: sweep_profiles(session, sweep, *part) for part in parts}
     numerics = {part: sweep_numerics(session, sweep, *part) for part in parts}
+    candidates = {part: sweep_candidates(session, sweep, *part) for part in parts}
     views = sweep_views(session, sweep)
-    return report_markdown(sweep, names, views, runtimes, issues, stack, profiles, numerics)
+    return report_markdown(sweep, names, views, runtimes, issues, stack, profiles, numerics, candidates)
 
 
 def blockers(sweep: Sweep, backend: str | None = None, stack: str | None = None) -> BlockersReport:

@@ -547,3 +547,46 @@ def test_0012_adds_etrecord_off_for_every_stored_sweep(
             assert conn.execute(text("SELECT id, sweep_id FROM cells")).all() == [(1, 1)]
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize("make_settings", [postgres_settings, sqlite_settings], ids=["postgres", "sqlite"])
+def test_0013_keys_device_runs_by_runtime_patches_and_refuses_a_lossy_downgrade(
+    make_settings: Callable[[Path], Settings], tmp_path: Path
+) -> None:
+    """Runs stored before 0013 are of a release runtime (no patches); a candidate fix's run may then
+    stand beside one on the same cell and class, and a second of the same runtime still may not; the
+    downgrade refuses while a cell and class hold two runs, and goes through once one is deleted."""
+    from orchestrator.db import make_engine
+
+    settings = make_settings(tmp_path)
+    config = alembic_config(settings)
+    command.upgrade(config, "0012")
+    engine = make_engine(settings)
+    now = "now()" if engine.dialect.name == "postgresql" else "CURRENT_TIMESTAMP"
+    run = (
+        "INSERT INTO device_runs (id, cell_id, device_class, source, status, bundle_sha256, document, "
+        "created_at, updated_at{}) VALUES ({}, 1, 'h200-vulkan', 'import', 'ok', 'ab', '{{}}', {}, {}{})"
+    )
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(f"INSERT INTO sweeps (id, created_at, constant_prop, lowering, timeout_s) "
+                              f"VALUES (1, {now}, true, 'fast', 900)"))  # fmt: skip
+            conn.execute(text("INSERT INTO cells (id, sweep_id, policy, backend, options) "
+                              "VALUES (1, 1, 'act', 'vulkan', '{}')"))  # fmt: skip
+            conn.execute(text(run.format("", 1, now, now, "")))
+        command.upgrade(config, "0013")
+        with engine.begin() as conn:
+            assert conn.execute(text("SELECT id, runtime_patches FROM device_runs")).all() == [(1, "")]
+            conn.execute(text(run.format(", runtime_patches", 2, now, now, ", 'pytorch/executorch#22786'")))
+        with pytest.raises(IntegrityError), engine.begin() as conn:
+            conn.execute(text(run.format(", runtime_patches", 3, now, now, ", 'pytorch/executorch#22786'")))
+        with pytest.raises(RuntimeError, match="cannot downgrade below 0013: cells 1 hold a candidate-fix"):
+            command.downgrade(config, "0012")
+        with engine.begin() as conn:
+            conn.execute(text("DELETE FROM device_runs WHERE id = 2"))
+        command.downgrade(config, "0012")
+        assert "runtime_patches" not in {c["name"] for c in inspect(engine).get_columns("device_runs")}
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT id, cell_id FROM device_runs")).all() == [(1, 1)]
+    finally:
+        engine.dispose()

@@ -98,3 +98,41 @@ def test_a_candidate_fix_runtime_is_shown_on_its_cells(
     assert "~25 ms ⚗ with #22786 |" in report and "~30 ms |" in report
     assert '"⚗ with #N" after a device cell' in report and note in report  # the legend and Built on
     assert f"{CLASS}: AMD EPYC (avx, avx2, fma, f16c);" in report
+
+
+def test_a_candidate_fix_run_stands_beside_the_release_runtime_s_run(
+    client: TestClient, admin: dict[str, str], sessions: sessionmaker[Session], settings: Settings,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """One bundle, one class, two runtimes: the release's and one with #22786 applied. Both runs are
+    kept (a cell keeps one run per class and runtime patches); the grid shows the release runtime's,
+    the cell's details and the report show the candidate fix's beside it."""
+    from orchestrator.models import DeviceRun
+
+    private_key, public_key = new_key_pair()
+    runner_id, _ = enrol(client, admin, signing_key=public_key)
+    body = {"policies": ["act"], "backends": ["xnnpack"], "device_classes": [CLASS]}
+    sweep = client.post("/api/sweeps", headers=admin, json=body).json()
+    (cell,) = sweep["cells"]
+    bundle = lower_with_bundle(sessions, settings, cell["jobs"][0]["id"], "act", tmp_path / "a")
+    identity = {"kind": "native", "version": "1.5.1", "commit": "3b60683923", "export_version": "1.5.1"}
+    stock = {**device_result(bundle.sha256, 30.0), "runtime_identity": identity}
+    fixed = {**device_result(bundle.sha256, 25.0), "runtime_identity": {**identity, "patches": [FIX]}}
+    for document in (stock, fixed, {**fixed, "finished_at": "2026-12-06T12:00:00Z"}):  # the fix's, twice
+        signed = sign(document, runner_id, private_key)
+        assert client.post("/api/results/import", headers=admin, json=signed).status_code == 201
+    with sessions() as session:
+        rows = session.query(DeviceRun).filter(DeviceRun.cell_id == cell["id"]).all()
+        assert sorted((row.device_class, row.runtime_patches, row.median_ms) for row in rows) == [
+            (CLASS, "", 30.0), (CLASS, FIX, 25.0),
+        ]  # fmt: skip
+
+    grid = client.get(f"/sweeps/{sweep['id']}").text
+    assert "30 ms" in grid and "⚗ with #22786" not in grid.split("<table", 1)[-1].split("</table>", 1)[0]
+    details = client.get(f"/cells/{cell['id']}").text
+    assert f"On {CLASS}</h3>" in details
+    assert f"On {CLASS}, with a candidate fix (beside the run above)</h3>" in details
+    assert details.index("30 ms") < details.index("25 ms ⚗ with #22786")
+    report = client.get(f"/api/sweeps/{sweep['id']}/report.md").text
+    assert "#### What a candidate fix changes on the device" in report
+    assert f"| act | {CLASS} | ~30 ms | ~25 ms ⚗ with #22786 |" in report
