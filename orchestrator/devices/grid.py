@@ -17,7 +17,7 @@ from coverfarm.device_result import DeviceResult
 from orchestrator.devices import repository
 from orchestrator.jobs.repository import REUSED_SOURCE
 from orchestrator.jobs.service import cause
-from orchestrator.models import PENDING_STATUSES, Cell, Job, JobKind
+from orchestrator.models import PENDING_STATUSES, Cell, DeviceBaseline, DeviceRun, Job, JobKind
 
 
 def _job(cell: Cell, kind: JobKind, device_class: str) -> Job | None:
@@ -47,6 +47,29 @@ def shown_classes(session: Session, sweep_id: int, asked: Sequence[str]) -> list
     return [*asked, *(name for name in stored if name not in asked)]
 
 
+def _input(
+    name: str,
+    run: DeviceRun | None,
+    timer: DeviceBaseline | None,
+    *,
+    baseline_waits: bool,
+    job: DeviceJob | None,
+    enrolled: bool,
+) -> DeviceInput:
+    """One class's input from its stored run and baseline rows (their documents validated)."""
+    return DeviceInput(
+        device_class=name,
+        run=DeviceResult.model_validate(run.document) if run is not None else None,
+        baseline=BaselineResult.model_validate(timer.document) if timer is not None else None,
+        baseline_waits=baseline_waits,
+        job=job,
+        enrolled=enrolled,
+        run_runner_id=run.runner_id if run is not None else None,
+        run_reused=run is not None and run.source == REUSED_SOURCE,
+        baseline_runner_id=timer.runner_id if timer is not None else None,
+    )
+
+
 def device_inputs(
     session: Session, cells: Sequence[Cell], classes: Sequence[str]
 ) -> dict[int, list[DeviceInput]]:
@@ -55,8 +78,6 @@ def device_inputs(
     ids = [cell.id for cell in cells]
     run_rows = {(r.cell_id, r.device_class): r for r in repository.runs_of_cells(session, ids)}
     timer_rows = {(b.cell_id, b.device_class): b for b in repository.baselines_of_cells(session, ids)}
-    stored_runs = {key: DeviceResult.model_validate(row.document) for key, row in run_rows.items()}
-    stored_baselines = {key: BaselineResult.model_validate(row.document) for key, row in timer_rows.items()}
     enrolled = repository.enrolled_classes(session)
     inputs: dict[int, list[DeviceInput]] = {}
     for cell in cells:
@@ -64,16 +85,13 @@ def device_inputs(
         for name in classes:
             timer, runner = _job(cell, JobKind.BASELINE, name), _job(cell, JobKind.DEVICE_RUN, name)
             inputs[cell.id].append(
-                DeviceInput(
-                    device_class=name,
-                    run=stored_runs.get((cell.id, name)),
-                    baseline=stored_baselines.get((cell.id, name)),
+                _input(
+                    name,
+                    run_rows.get((cell.id, name)),
+                    timer_rows.get((cell.id, name)),
                     baseline_waits=timer is not None and timer.status in PENDING_STATUSES,
                     job=DeviceJob(runner.status.value, cause(runner)) if runner is not None else None,
                     enrolled=name in enrolled,
-                    run_runner_id=run.runner_id if (run := run_rows.get((cell.id, name))) else None,
-                    run_reused=run is not None and run.source == REUSED_SOURCE,
-                    baseline_runner_id=b.runner_id if (b := timer_rows.get((cell.id, name))) else None,
                 )
             )
     return inputs
@@ -88,20 +106,9 @@ def candidate_inputs(
     timer_rows = {(b.cell_id, b.device_class): b for b in repository.baselines_of_cells(session, ids)}
     found: dict[int, list[DeviceInput]] = {cell.id: [] for cell in cells}
     for row in repository.candidate_runs_of_cells(session, ids):
-        if row.device_class not in classes:
-            continue
-        timer = timer_rows.get((row.cell_id, row.device_class))
-        found[row.cell_id].append(
-            DeviceInput(
-                device_class=row.device_class,
-                run=DeviceResult.model_validate(row.document),
-                baseline=BaselineResult.model_validate(timer.document) if timer is not None else None,
-                baseline_waits=False,
-                job=None,
-                enrolled=True,
-                run_runner_id=row.runner_id,
-                run_reused=row.source == REUSED_SOURCE,
-                baseline_runner_id=timer.runner_id if timer is not None else None,
+        if row.device_class in classes:
+            timer = timer_rows.get((row.cell_id, row.device_class))
+            found[row.cell_id].append(
+                _input(row.device_class, row, timer, baseline_waits=False, job=None, enrolled=True)
             )
-        )
     return found

@@ -86,9 +86,6 @@ def run_classes_of_sweep(session: Session, sweep_id: int) -> list[str]:
     return sorted(set(session.scalars(query.where(Cell.sweep_id == sweep_id))))
 
 
-RUN_KEY = ("cell_id", "device_class", "runtime_patches")
-
-
 def enrolled_classes(session: Session) -> set[str]:
     """Device classes some runner that is not revoked serves."""
     rows = session.scalars(select(Runner.device_classes).where(Runner.state != RunnerState.REVOKED.value))
@@ -105,6 +102,9 @@ def _upsert(
     statement = insert(table).values(**values, created_at=utcnow(), updated_at=utcnow())
     replace = {key: statement.excluded[key] for key in (*values, "updated_at") if key not in keys}
     session.execute(statement.on_conflict_do_update(index_elements=list(keys), set_=replace))
+
+
+RUN_KEY = ("cell_id", "device_class", "runtime_patches")  # device_runs' unique key (migration 0013)
 
 
 def upsert_run(session: Session, values: dict[str, Any]) -> None:

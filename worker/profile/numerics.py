@@ -139,16 +139,18 @@ def compare_program(
     inspector, record = _inspector(dump, etrecord, inputs, folder, captures)
     backend = backends.runtime_backends().get(manifest.backend or "", manifest.backend or "delegate")
     atol, rtol = manifest.tolerance.atol, manifest.tolerance.rtol
-    try:
-        if pairing == "handles":
-            raise PairingFailed("asked for")
-        rows, ep, graph_name = _read(inspector, record, dump.program)
-    except PairingFailed as error:
-        edge = record.edge_dialect_program
-        found = pair_by_handle(inspector, edge, inputs, dump.program, backend, atol, rtol)
-        return found, edge, REFERENCE_GRAPHS[1], 0, str(error)
-    found, skipped = _judged_rows(rows, ep, dump.program, backend, atol, rtol)
-    return found, ep, graph_name, skipped, None
+    why = "asked for" if pairing == "handles" else None
+    if why is None:
+        try:
+            rows, ep, graph_name = _read(inspector, record, dump.program)
+        except PairingFailed as error:
+            why = str(error)
+        else:
+            found, skipped = _judged_rows(rows, ep, dump.program, backend, atol, rtol)
+            return found, ep, graph_name, skipped, None
+    edge = record.edge_dialect_program
+    found = pair_by_handle(inspector, edge, inputs, dump.program, backend, atol, rtol)
+    return found, edge, REFERENCE_GRAPHS[1], 0, why
 
 
 def _judged_rows(
