@@ -102,6 +102,9 @@ def analyze_command(policy: str, backend: str, options: Options, weights_used: s
     weights = weights_used or options.weights
     if weights != defaults.weights:
         parts.append(f"--weights {weights}")
+    if options.force_fp16:
+        parts.append("--force-fp16")
+    parts.extend(f"--workaround {name}" for name in options.workarounds)
     return " ".join([*parts, "--json"])
 
 
@@ -189,7 +192,12 @@ def _device(cell: Cell, device: DeviceInput) -> Column:
     if device.run is not None:
         identity = device.run.runtime_identity
         patches = tuple(identity.patches) if identity is not None else ()
-        return replace(_run(device, cell.release), reused=device.run_reused, patches=patches)
+        return replace(
+            _run(device, cell.release),
+            reused=device.run_reused,
+            patches=patches,
+            workarounds=cell.options.workarounds,
+        )
     job = device.job
     if job is None and not cell.cpu.pending:
         return Column(Kind.NOT_APPLICABLE, cause=NO_BUNDLE)

@@ -86,6 +86,8 @@ class Column:
     reused: bool = False  # device columns: the run is a stored one of the same reuse key (reuse_device)
     # device columns: upstream pull requests the run's runtime was built with (a candidate fix)
     patches: tuple[str, ...] = ()
+    # device columns: the workarounds (coverfarm.workarounds) the run's bundle was lowered with
+    workarounds: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -89,6 +89,9 @@ class Options(BaseModel):
     # profile needs to name its ops. Off by default: it holds the aten, edge and ExecuTorch programs with
     # their weights, several times the .pte's bytes (docs/design.md, "Bundle").
     etrecord: bool = False
+    # Graph rewrites the cell was lowered with (coverfarm.workarounds), in name order: each works around a
+    # backend's finding and so changes what is measured. Empty: the stock lowering.
+    workarounds: tuple[str, ...] = ()
 
 
 # The device correctness tolerance of a force_fp16 bundle: np.allclose(device, eager fp32, rtol, atol).

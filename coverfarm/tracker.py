@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from coverfarm import backends, device_words
+from coverfarm import backends, device_words, workarounds
 from coverfarm.cell_build import document_view
 from coverfarm.cell_change import ColumnChange, Direction
 from coverfarm.cell_view import CellView, Column, Kind, Latency, OffRelease
@@ -35,6 +35,7 @@ SAME = "="  # a column that did not change from one stack to the next
 MINUS = "−"  # a negative change (a plain "-" reads as "not applicable")
 OFF_RELEASE = "⚠"  # a device run whose runtime is not the release of the cell's stack
 CANDIDATE_FIX = "⚗"  # a device run whose runtime was built with upstream pull requests applied
+WORKAROUND = "⚒"  # a device run of a bundle lowered with workarounds (coverfarm.workarounds)
 
 # What a column of each kind means, where the kind alone explains it (the grid's tooltips).
 KIND_HINTS = {
@@ -156,7 +157,8 @@ def device_text(column: Column, compact: bool = False) -> str:
     """A device cell: "✓ 12.3 ms (4.1×, 3.9–4.3)" (figure and speed-up known), "✓ 12.3 ms (~4.1×, 2.9–5.3
     wide)", "~25 ms" (its own interval wide or missing), "❌ cause", "⏳", "no device";
     "⚠ runtime 1.5.0" after it when the run's runtime is not the stack's release, "⚗ with #22786" when
-    it was built with a candidate fix, "↺" when the run is a stored one of the cell's reuse key.
+    it was built with a candidate fix, "⚒ group_norm_4d" when its bundle was lowered with a workaround,
+    "↺" when the run is a stored one of the cell's reuse key.
     ``compact`` (the grid's cells) cuts a failure's cause to the check that failed
     (``device_words.compact``): its tooltip (``device_hint``) carries it whole."""
     text = _device_text(column, compact)
@@ -164,6 +166,8 @@ def device_text(column: Column, compact: bool = False) -> str:
         text += f" {off_release_label(column.off_release)}"
     if column.patches:
         text += f" {candidate_fix_label(column.patches)}"
+    if column.workarounds:
+        text += f" {workaround_label(column.workarounds)}"
     if column.reused:
         text += f" {REUSED}"
     return text
@@ -182,6 +186,15 @@ def short_pull(pull: str) -> str:
 def candidate_fix_label(patches: Sequence[str]) -> str:
     """``⚗ with #22786`` (pytorch/executorch's pull requests by number, another repository's in full)."""
     return f"{CANDIDATE_FIX} with {', '.join(short_pull(pull) for pull in patches)}"
+
+
+def workaround_label(names: Sequence[str]) -> str:
+    """``⚒ group_norm_4d``: the bundle was lowered with these graph rewrites (coverfarm.workarounds)."""
+    return f"{WORKAROUND} {', '.join(names)}"
+
+
+def workaround_hint(names: Sequence[str]) -> str:
+    return "lowered with " + "; ".join(workarounds.described(names)) + ": not the stock lowering"
 
 
 def candidate_fix_hint(patches: Sequence[str]) -> str:
@@ -218,6 +231,8 @@ def device_hint(device_class: str, column: Column) -> str:
         parts.append(off_release_hint(flag) + (f" ({flag.note})" if flag.note else ""))
     if column.patches:
         parts.append(candidate_fix_hint(column.patches))
+    if column.workarounds:
+        parts.append(workaround_hint(column.workarounds))
     if column.cause and (latency is not None or column.kind is Kind.FAILED):
         parts.append(column.cause)
     if column.reused:

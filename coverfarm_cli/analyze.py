@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from coverfarm import backends, catalog, tracker
+from coverfarm import backends, catalog, tracker, workarounds
 from coverfarm.errors import UserError
 from coverfarm.result import Options
 
@@ -81,6 +81,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="put each program's ETRecord into the bundle (reading a device profile needs it; "
         "several times the .pte's size)",
     )
+    parser.add_argument(
+        "--workaround",
+        dest="workarounds",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="lower with a graph rewrite that works around a backend's finding, recorded on the cell as "
+        f"changing what is measured (repeatable; known: {', '.join(sorted(workarounds.WORKAROUNDS))})",
+    )
     parser.set_defaults(func=run)
 
 
@@ -94,6 +103,9 @@ def options_of(args: argparse.Namespace) -> Options:
         raise UserError("--weights fake builds the policy without weights: it cannot use --checkpoint")
     if args.force_fp16 and not backends.takes_force_fp16(args.backend):
         raise UserError(f"--force-fp16 is a Vulkan partitioner option; backend {args.backend} has none")
+    problem = workarounds.problem(args.workarounds, args.backend)
+    if problem:
+        raise UserError(f"--workaround: {problem}")
     try:
         return Options(
             timeout_s=args.timeout,
@@ -105,6 +117,7 @@ def options_of(args: argparse.Namespace) -> Options:
             weights=args.weights,
             force_fp16=args.force_fp16,
             etrecord=args.etrecord,
+            workarounds=tuple(sorted(args.workarounds)),
         )
     except ValidationError as error:
         first = error.errors()[0]

@@ -108,6 +108,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="bundles carry their programs' ETRecords (for device profiles)",
     )
     submit.add_argument(
+        "--workaround",
+        dest="workarounds",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="lower the cells of the backends it is for with this graph rewrite, recorded as changing "
+        "what is measured (repeatable; coverfarm.workarounds)",
+    )
+    submit.add_argument(
         "--timeout", dest="timeout_s", type=float, help="bound of each stage in seconds (the farm's default)"
     )
     submit.add_argument(
@@ -360,6 +369,7 @@ def run_submit(args: argparse.Namespace) -> int:
             "weights": getattr(args, "weights", "auto"),
             "force_fp16": getattr(args, "force_fp16", False),
             "etrecord": getattr(args, "etrecord", False),
+            "workarounds": getattr(args, "workarounds", []),
         },
     }
     if args.timeout_s is not None:

@@ -19,7 +19,7 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.templating import Jinja2Templates
 from sqlalchemy.orm import Session
 
-from coverfarm import tracker
+from coverfarm import tracker, workarounds
 from dashboard import device_details, progress_page, views
 from dashboard.heatmap import COL_W, ROW_H, heatmap, square
 from dashboard.progress_plot import plot
@@ -59,6 +59,7 @@ _env.globals.update(
     percent=tracker.share_percent,
     interval_words=device_details.interval_words,
     stack_label=stack_label,
+    workaround_lines=workarounds.described,
     heatmap_col_w=COL_W,
     heatmap_row_h=ROW_H,
 )

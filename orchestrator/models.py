@@ -102,12 +102,15 @@ class Sweep(Base):
     )
 
     # What the sweep was made of, in its cells' order, and the options its cells record (the Vulkan cells'
-    # force_fp16, every cell's etrecord): read by a big sweep's summary without reading a cell.
+    # force_fp16, every cell's etrecord, the workarounds): read by a big sweep's summary without reading a
+    # cell.
     policies: Mapped[list[str]] = mapped_column(JSONType, default=list, server_default=text("'[]'"))
     backends: Mapped[list[str]] = mapped_column(JSONType, default=list, server_default=text("'[]'"))
     weights: Mapped[str] = mapped_column(String(8), default="auto", server_default="auto")
     force_fp16: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     etrecord: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # The workarounds asked (coverfarm.workarounds); each cell records those of its backend.
+    workarounds: Mapped[list[str]] = mapped_column(JSONType, default=list, server_default=text("'[]'"))
 
     cells: Mapped[list[Cell]] = relationship(back_populates="sweep", order_by="Cell.id")
 

@@ -26,7 +26,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from coverfarm import backends, catalog
+from coverfarm import backends, catalog, workarounds
 from coverfarm.errors import UserError
 from coverfarm.offline_causes import no_offline_build
 from coverfarm.result import (
@@ -102,6 +102,9 @@ def validate(policy: str, backend: str, options: Options) -> None:
         raise UserError("weights fake builds the policy without weights: it cannot use a checkpoint")
     if options.force_fp16 and not backends.takes_force_fp16(backend):
         raise UserError(f"force_fp16 is a Vulkan partitioner option; backend {backend} has none")
+    problem = workarounds.problem(options.workarounds, backend)
+    if problem:
+        raise UserError(problem)
     if options.checkpoint is not None:
         path = Path(options.checkpoint)
         if not path.is_dir() or not os.access(path, os.R_OK):
@@ -282,7 +285,9 @@ def lower(
     """The lower stage of a traced cell, folded into ``doc``, and each blocker group's verified repro;
     returns the directory of the lowered programs."""
     backend, options = doc.backend, doc.options
-    say(f"lower: {backend} ({options.lowering} partitioning, constant propagation {options.constant_prop})")
+    rewrites = "".join(f", workaround {name}" for name in options.workarounds)
+    prop = options.constant_prop
+    say(f"lower: {backend} ({options.lowering} partitioning, constant propagation {prop}{rewrites})")
     lowered = work / "lowered"
 
     def report(event: dict[str, Any]) -> None:
@@ -313,6 +318,7 @@ def lower(
             str(lowered),
             *(["--force-fp16"] if options.force_fp16 else []),
             *(["--etrecord"] if options.etrecord else []),
+            *(f"--workaround={name}" for name in options.workarounds),
         ],
         events_path=work / "lower.events.jsonl",
         bounds={"partition": options.timeout_s, "export": options.timeout_s},

@@ -13,8 +13,9 @@ from collections.abc import Sequence
 
 from sqlalchemy.orm import Session
 
+from coverfarm import workarounds
 from coverfarm.result import Options
-from coverfarm.tracker import backend_title
+from coverfarm.tracker import WORKAROUND, backend_title
 from orchestrator.errors import Invalid
 from orchestrator.models import Sweep
 from orchestrator.reports.blockers import blocker_groups, blockers_report, reason_what_ifs
@@ -95,6 +96,7 @@ def report_markdown(
         f"lowering {sweep.lowering}, stage bound {sweep.timeout_s:g} s (seed {seed})"
         + (_fp16_note(sweep) or "")
         + ".",
+        *_workaround_notes(sweep),
     ]
     stacks = sweep_stacks(sweep)
     if len(stacks) > 1:
@@ -138,6 +140,20 @@ def _fp16_note(sweep: Sweep) -> str | None:
     if not fp16:
         return None
     return f"; force_fp16 for {', '.join(fp16)} (device outputs checked at the fp16 tolerance)"
+
+
+def _workaround_notes(sweep: Sweep) -> list[str]:
+    """Each workaround the sweep's cells were lowered with, what it does, why, and which cells: their
+    figures are not the stock lowering's."""
+    cells: dict[str, list[str]] = {}
+    for cell in sweep.cells:
+        for name in Options.model_validate(cell.options).workarounds:
+            cells.setdefault(name, []).append(f"{cell.policy}/{cell.backend}")
+    return [
+        f"{WORKAROUND} Lowered with workaround {line} for {', '.join(sorted(set(cells[name])))}: "
+        "not the stock lowering."
+        for name, line in zip(sorted(cells), workarounds.described(sorted(cells)), strict=True)
+    ]
 
 
 def check_backend(sweep: Sweep, backend: str | None) -> None:

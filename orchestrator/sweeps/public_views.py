@@ -106,6 +106,7 @@ def _summary_fields(sweep: Sweep, cells: list[CellPublic]) -> dict[str, Any]:
                 # nor has force_fp16, which only the Vulkan cells record
                 "force_fp16": any(cell.options.force_fp16 for cell in cells),
                 "etrecord": any(cell.options.etrecord for cell in cells),
+                "workarounds": sorted({name for cell in cells for name in cell.options.workarounds}),
             }
         ),
         "timeout_s": sweep.timeout_s,

@@ -10,6 +10,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from coverfarm.result import Options, ResultDocument
 from coverfarm.routes import check_stack_name
 from coverfarm.stacks import DEFAULT_STACK
+from coverfarm.workarounds import WORKAROUNDS
 from orchestrator.inputs import Flag, Name, Number, Text
 from orchestrator.models import JobStatus
 
@@ -33,6 +34,19 @@ class SweepOptions(BaseModel):
     # Each bundle carries its programs' ETRecords, which reading a device profile needs (recorded in
     # each cell's options).
     etrecord: bool = False
+    # Graph rewrites (coverfarm.workarounds) for the cells of the backends each is for, recorded in their
+    # options as changing what is measured; one no backend of the sweep takes is a 422.
+    workarounds: list[Name] = Field(default_factory=list, max_length=20)
+
+    @field_validator("workarounds")
+    @classmethod
+    def _known_once(cls, names: list[str]) -> list[str]:
+        for index, name in enumerate(names):
+            if name not in WORKAROUNDS:
+                raise ValueError(f"unknown workaround {name!r}; known: {', '.join(sorted(WORKAROUNDS))}")
+            if name in names[:index]:
+                raise ValueError(f"{name!r} is listed twice")
+        return sorted(names)
 
 
 class SweepCreate(BaseModel):

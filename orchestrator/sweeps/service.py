@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from coverfarm import backends, device_classes
+from coverfarm import backends, device_classes, workarounds
 from coverfarm.result import Options
 from coverfarm.settings import Settings
 from orchestrator.errors import Invalid, NotFound
@@ -57,6 +57,17 @@ def _check(body: SweepCreate, settings: Settings) -> None:
                 "input": True,
             }
         )
+    for name in body.options.workarounds:
+        if not any(workarounds.for_backend([name], backend) for backend in body.backends):
+            errors.append(
+                {
+                    "loc": ["body", "options", "workarounds"],
+                    "msg": f"workaround {name} is for {', '.join(workarounds.WORKAROUNDS[name].backends)} "
+                    "cells: the sweep's backends have none",
+                    "type": "value_error",
+                    "input": name,
+                }
+            )
     if body.timeout_s is not None and not 1 <= body.timeout_s < settings.long_timeout_s:
         errors.append(
             {
@@ -88,6 +99,7 @@ def create(session: Session, settings: Settings, body: SweepCreate) -> Sweep:
         weights=body.options.weights,
         force_fp16=body.options.force_fp16,
         etrecord=body.options.etrecord,
+        workarounds=body.options.workarounds,
     )
     session.add(sweep)
     session.flush()
@@ -100,7 +112,10 @@ def create(session: Session, settings: Settings, body: SweepCreate) -> Sweep:
     )
     by_backend = {
         backend: options.model_copy(
-            update={"force_fp16": body.options.force_fp16 and backends.takes_force_fp16(backend)}
+            update={
+                "force_fp16": body.options.force_fp16 and backends.takes_force_fp16(backend),
+                "workarounds": workarounds.for_backend(body.options.workarounds, backend),
+            }
         )
         for backend in body.backends
     }

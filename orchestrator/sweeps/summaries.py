@@ -53,6 +53,7 @@ def _light_summary(sweep: Sweep, tally: repository.SweepTally) -> SweepSummary:
                 "weights": sweep.weights,
                 "force_fp16": sweep.force_fp16,
                 "etrecord": sweep.etrecord,
+                "workarounds": list(sweep.workarounds),
             }
         ),
         timeout_s=sweep.timeout_s,

@@ -91,6 +91,17 @@ def test_a_run_taken_from_a_cell_of_the_same_reuse_key_is_marked_as_reused() -> 
     assert (tracker.device_text(own), tracker.device_hint(CLASS, own)) == ("✓ 3.25 ms (4.0×, 4.0–4.0)", plain)
 
 
+def test_a_run_of_a_bundle_lowered_with_a_workaround_says_so() -> None:
+    cell = device_view(run(3.25), baseline(13.0))
+    rewritten = Cell("diffusion", "xnnpack", Options(workarounds=("group_norm_4d",)), devices=cell.devices)
+    column = build(rewritten).devices[CLASS]
+    assert tracker.device_text(column) == "✓ 3.25 ms (4.0×, 4.0–4.0) ⚒ group_norm_4d"
+    hint = tracker.device_hint(CLASS, column)
+    assert "lowered with group_norm_4d: each 3-D (N, C, L) native_group_norm" in hint
+    assert hint.endswith("not the stock lowering")
+    assert "⚒" not in tracker.device_text(build(cell).devices[CLASS])
+
+
 def test_a_run_with_a_wide_interval_reads_about_its_figure_with_its_interval_in_the_tooltip() -> None:
     view = build(device_view(run(25.3, spread=0.2, cv=0.12), baseline(13.0)))
     column = view.devices[CLASS]
@@ -164,6 +175,7 @@ def parsed(command: str) -> Options:
         Options(),
         Options(timeout_s=60, lowering="stock", constant_prop=False, weights="real"),
         Options(timeout_s=1234567.5, seed=7, frames=4, lowering="fast", weights="fake"),
+        Options(force_fp16=True, workarounds=("group_norm_4d",)),
     ],
 )
 def test_the_repro_command_measures_the_cell_with_its_options(options: Options, tmp_path: Path) -> None:

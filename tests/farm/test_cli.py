@@ -80,7 +80,7 @@ def test_submit_takes_every_option_the_api_takes(server: str, capsys: pytest.Cap
     code = main(
         ["sweep", "submit", "--url", server, "--token", TOKEN, "--policies", "act", "--backends", "vulkan",
          "--no-constant-prop", "--lowering", "stock", "--weights", "fake", "--force-fp16", "--etrecord",
-         "--timeout", "25", "--fresh", "--reuse-unfinished", "--reuse-device",
+         "--workaround", "group_norm_4d", "--timeout", "25", "--fresh", "--reuse-unfinished", "--reuse-device",
          "--device-classes", "h200-vulkan"]
     )  # fmt: skip
     assert code == 0
@@ -92,6 +92,7 @@ def test_submit_takes_every_option_the_api_takes(server: str, capsys: pytest.Cap
         "weights": "fake",
         "force_fp16": True,
         "etrecord": True,
+        "workarounds": ["group_norm_4d"],
     }
     assert (summary["timeout_s"], summary["fresh"], summary["reuse_unfinished"]) == (25, True, True)
     assert summary["reuse_device"] is True
@@ -99,6 +100,7 @@ def test_submit_takes_every_option_the_api_takes(server: str, capsys: pytest.Cap
     cell = httpx.get(f"{server}/api/sweeps/{sweep_id}/cells").json()["cells"][0]
     cell_options = httpx.get(f"{server}{cell['url']}").json()["options"]
     assert (cell_options["weights"], cell_options["etrecord"]) == ("fake", True)
+    assert cell_options["workarounds"] == ["group_norm_4d"]
     httpx.post(f"{server}/api/sweeps/{sweep_id}/cancel", headers={"Authorization": f"Bearer {TOKEN}"})
     with pytest.raises(SystemExit):  # argparse's own one-line error, exit 2
         main(

@@ -590,3 +590,42 @@ def test_0013_keys_device_runs_by_runtime_patches_and_refuses_a_lossy_downgrade(
             assert conn.execute(text("SELECT id, cell_id FROM device_runs")).all() == [(1, 1)]
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize("make_settings", [postgres_settings, sqlite_settings], ids=["postgres", "sqlite"])
+def test_0014_adds_workarounds_empty_for_every_stored_sweep(
+    make_settings: Callable[[Path], Settings], tmp_path: Path
+) -> None:
+    """Sweeps stored before 0014 asked for no workaround (an empty list); a new one may name some; the
+    downgrade drops the column and keeps every sweep and its cells."""
+    from orchestrator.db import make_engine
+
+    settings = make_settings(tmp_path)
+    config = alembic_config(settings)
+    command.upgrade(config, "0013")
+    engine = make_engine(settings)
+    now = "now()" if engine.dialect.name == "postgresql" else "CURRENT_TIMESTAMP"
+    sweep_row = (
+        "INSERT INTO sweeps (id, created_at, constant_prop, lowering, timeout_s{}) "
+        "VALUES ({}, {}, true, 'fast', 900{})"
+    )
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(sweep_row.format("", 1, now, "")))
+            conn.execute(text("INSERT INTO cells (id, sweep_id, policy, backend, options) "
+                              "VALUES (1, 1, 'diffusion', 'vulkan', '{}')"))  # fmt: skip
+        command.upgrade(config, "0014")
+        with engine.begin() as conn:
+            conn.execute(text(sweep_row.format(", workarounds", 2, now, """, '["group_norm_4d"]'""")))
+            rows = conn.execute(text("SELECT id, workarounds FROM sweeps ORDER BY id")).all()
+            assert [(i, json.loads(w) if isinstance(w, str) else w) for i, w in rows] == [
+                (1, []),
+                (2, ["group_norm_4d"]),
+            ]
+        command.downgrade(config, "0013")
+        assert "workarounds" not in {column["name"] for column in inspect(engine).get_columns("sweeps")}
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT id FROM sweeps ORDER BY id")).all() == [(1,), (2,)]
+            assert conn.execute(text("SELECT id, sweep_id FROM cells")).all() == [(1, 1)]
+    finally:
+        engine.dispose()

@@ -75,3 +75,45 @@ def test_force_fp16_without_vulkan_is_422_and_stores_nothing(
     (error,) = response.json()["detail"]
     assert error["loc"] == ["body", "options", "force_fp16"] and "backends need vulkan" in error["msg"]
     assert client.get("/api/sweeps").json() == before
+
+
+def test_a_workaround_is_recorded_in_the_cells_of_its_backend_only(
+    client: TestClient, admin: dict[str, str]
+) -> None:
+    options = {"workarounds": ["group_norm_4d"]}
+    body = {"policies": ["act"], "backends": ["vulkan", "xnnpack"], "options": options}
+    response = client.post("/api/sweeps", json=body, headers=admin)
+    assert response.status_code == 201, response.text
+    sweep = response.json()
+    assert sweep["options"]["workarounds"] == ["group_norm_4d"]
+    recorded = {c["backend"]: c["options"]["workarounds"] for c in sweep["cells"]}
+    assert recorded == {"vulkan": ["group_norm_4d"], "xnnpack": []}
+    summary = client.get(f"/api/sweeps/{sweep['id']}/summary").json()
+    assert summary["options"]["workarounds"] == ["group_norm_4d"]
+    page = client.get(f"/cells/{sweep['cells'][0]['id']}").text
+    assert "Workaround</b> group_norm_4d: each 3-D (N, C, L) native_group_norm" in page
+
+
+@pytest.mark.parametrize(
+    ("backends", "workarounds", "loc", "words"),
+    [
+        (["xnnpack"], ["group_norm_4d"], ["body", "options", "workarounds"], "is for vulkan cells"),
+        (["vulkan"], ["no_such_rewrite"], ["body", "options", "workarounds"], "unknown workaround"),
+        (["vulkan"], ["group_norm_4d", "group_norm_4d"], ["body", "options", "workarounds"], "listed twice"),
+    ],
+)
+def test_a_workaround_no_cell_can_take_is_422_and_stores_nothing(
+    client: TestClient,
+    admin: dict[str, str],
+    backends: list[str],
+    workarounds: list[str],
+    loc: list[str],
+    words: str,
+) -> None:
+    before = client.get("/api/sweeps").json()
+    body = {"policies": ["act"], "backends": backends, "options": {"workarounds": workarounds}}
+    response = client.post("/api/sweeps", json=body, headers=admin)
+    assert response.status_code == 422, response.text
+    (error,) = response.json()["detail"]
+    assert error["loc"] == loc and words in error["msg"], error
+    assert client.get("/api/sweeps").json() == before

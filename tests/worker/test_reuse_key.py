@@ -21,12 +21,16 @@ def key(backend: str = "xnnpack", **options: object) -> str:
 
 
 def test_an_option_added_later_leaves_the_keys_of_stored_results_at_its_default() -> None:
-    """``etrecord`` came after results were stored: off, it is not in the key, so they are still found
-    (the key as computed before it)."""
+    """``etrecord`` and ``workarounds`` came after results were stored: at their defaults they are not in
+    the key, so those results are still found (the key as computed before them); a workaround asked is."""
     plain = {"policy": "act", "backend": "xnnpack", "options": Options().model_dump(mode="json")}
-    del plain["options"]["etrecord"]
+    del plain["options"]["etrecord"], plain["options"]["workarounds"]
     expected = hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()
     assert reuse_key(lambda _p, _o: {}, "act", "xnnpack", Options()) == expected
+    rewritten = Options(workarounds=("group_norm_4d",))
+    assert reuse_key(lambda _p, _o: {}, "act", "vulkan", rewritten) != reuse_key(
+        lambda _p, _o: {}, "act", "vulkan", Options()
+    )
 
 
 def test_the_key_names_the_cell_its_options_and_how_auto_weights_resolve(

@@ -3,7 +3,8 @@
 Run as ``python -m worker.lower.stage``; ``worker.engine`` starts it under per-phase time bounds. Each
 program goes through ``to_edge_transform_and_lower(...).to_executorch()`` with the backend's partitioner
 and its default options, exactly as lerobot-export lowers, with ExecuTorch's constant propagation as the
-transform pass when the cell's options ask for it (the default). The phase clock is "partition" from the
+transform pass when the cell's options ask for it (the default), followed by the graph rewrites of the
+cell's workarounds (``worker/lower/workarounds.py``), if it names any. The phase clock is "partition" from the
 start of each program's ``to_edge`` until its partitioner returns, then "export" until its ``.pte`` is
 written. Everything it measures goes to the event log as soon as it is known.
 
@@ -41,6 +42,7 @@ from worker.fake_programs import forget_fake_constants, from_meta, has_meta_weig
 from worker.lower.backends import Backend, get_backend
 from worker.lower.metrics.graph import delegate_calls
 from worker.lower.observe import Observer, ObservingPartitioner
+from worker.lower.workarounds import REWRITES, rewrites
 
 
 class ConstantPropagation(ExportedProgramPassBase):
@@ -97,6 +99,7 @@ def lower_program(
     out_dir: Path,
     force_fp16: bool = False,
     etrecord: bool = False,
+    workarounds: tuple[str, ...] = (),
 ) -> None:
     log.emit("phase", phase="partition", program=name)
     ep = torch.export.load(pt2)
@@ -105,7 +108,8 @@ def lower_program(
         from_meta(ep)
     partitioner = backend.make_partitioner(force_fp16=True) if force_fp16 else backend.make_partitioner()
     observer = Observer(log, name, backend, partitioner)
-    passes = ExportedProgramPassManager([ConstantPropagation()]) if constant_prop else None
+    chosen = [*([ConstantPropagation()] if constant_prop else []), *rewrites(workarounds)]
+    passes = ExportedProgramPassManager(chosen) if chosen else None
     wrapper = (PartitionOnly if fake else ObservingPartitioner)(partitioner, observer)
     try:
         with lowering_context(backend, lowering, observer):
@@ -145,6 +149,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--lowering", choices=["stock", "fast"], default="stock")
     parser.add_argument("--force-fp16", action="store_true", help="VulkanPartitioner's force_fp16")
     parser.add_argument("--etrecord", action="store_true", help="write each program's ETRecord beside it")
+    parser.add_argument(
+        "--workaround", dest="workarounds", action="append", default=[], choices=sorted(REWRITES),
+        help="a graph rewrite before partitioning (coverfarm.workarounds); repeatable",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--events", type=Path, required=True)
     args = parser.parse_args(argv)
@@ -161,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with pattern_graph_cache(backend, args.lowering):
         failed = lower_all(
             log, manifest, args.trace_dir, backend, args.constant_prop == "on", args.lowering, args.out,
-            force_fp16=args.force_fp16, etrecord=args.etrecord,
+            force_fp16=args.force_fp16, etrecord=args.etrecord, workarounds=tuple(args.workarounds),
         )  # fmt: skip
     log.emit("done", failed=failed)
     log.close()
@@ -178,6 +186,7 @@ def lower_all(
     out: Path,
     force_fp16: bool = False,
     etrecord: bool = False,
+    workarounds: tuple[str, ...] = (),
 ) -> bool:
     """Lower every program; an error is recorded and the next program still runs. True if any failed."""
     failed = False
@@ -186,7 +195,7 @@ def lower_all(
         try:
             lower_program(
                 log, name, trace_dir / program["pt2"], backend, constant_prop, lowering, out, force_fp16,
-                etrecord,
+                etrecord, workarounds,
             )  # fmt: skip
         except Exception as error:  # ExecuTorch's own failures are findings: record them with their cause
             failed = True

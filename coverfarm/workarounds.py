@@ -1,0 +1,65 @@
+"""Lowering workarounds: named graph rewrites a cell may be lowered with, each of which changes what is
+measured. No torch: every role imports this.
+
+A workaround exists because a backend computes an op wrong or refuses it, and a rewrite of the graph
+before partitioning avoids that while computing the same function in eager. A cell lowered with one
+records it in ``options.workarounds``, its reuse key and bundle carry it, and every page names it beside
+the cell's outcome: the cell is then not the stock partitioner's measure of the release, but what the
+release would give once the finding it works around is fixed (docs/design.md, "Workarounds"). The
+rewrites themselves are ``worker/lower/workarounds.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Workaround:
+    name: str
+    backends: tuple[str, ...]  # the backends whose cells it may be asked for
+    does: str  # what the rewrite does to the graph, as the pages say it
+    because: str  # the finding it works around
+
+
+GROUP_NORM_4D = Workaround(
+    name="group_norm_4d",
+    backends=("vulkan",),
+    does="each 3-D (N, C, L) native_group_norm computed on its input viewed as (N, C, L, 1), and its output "
+    "viewed back",
+    because="Vulkan's native_group_norm writes zeros for a 3-D input (ExecuTorch main cff6f4dd32, measured "
+    "on an H100); a 4-D input is right",
+)
+
+WORKAROUNDS: dict[str, Workaround] = {w.name: w for w in (GROUP_NORM_4D,)}
+
+
+def problem(names: Iterable[str], backend: str) -> str | None:
+    """Why ``names`` cannot be asked of a ``backend`` cell (an unknown name, one for other backends, a name
+    twice), or None."""
+    seen: set[str] = set()
+    for name in names:
+        found = WORKAROUNDS.get(name)
+        if found is None:
+            return f"unknown workaround {name!r}; known: {', '.join(sorted(WORKAROUNDS))}"
+        if backend not in found.backends:
+            return f"workaround {name} is for {', '.join(found.backends)} cells; backend {backend} has none"
+        if name in seen:
+            return f"workaround {name} is named twice"
+        seen.add(name)
+    return None
+
+
+def for_backend(names: Iterable[str], backend: str) -> tuple[str, ...]:
+    """Of a sweep's ``names``, those a ``backend`` cell takes, in name order."""
+    return tuple(sorted(n for n in set(names) if n in WORKAROUNDS and backend in WORKAROUNDS[n].backends))
+
+
+def described(names: Iterable[str]) -> list[str]:
+    """``name: what it does (because …)`` for each, a stored unknown name as itself."""
+    lines = []
+    for name in names:
+        found = WORKAROUNDS.get(name)
+        lines.append(f"{name}: {found.does} (because {found.because})" if found else name)
+    return lines
