@@ -79,9 +79,12 @@ def schemathesis(url: str, authorization: str, report: Path) -> dict[str, Any]:
         "--workers", "1", "--checks", CHECKS, "--exclude-path", "/api/events", "--request-timeout", "30",
         "--generation-database", "none", "--no-color", "--report", "json", "--report-json-path", str(report),
     ]  # fmt: skip
+    # In the report's folder: schemathesis keeps its cache (.schemathesis/) in its working directory,
+    # which must be no run's but this one's.
     done = subprocess.run(
-        command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env={**os.environ, "NO_COLOR": "1"}
-    )
+        command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env={**os.environ, "NO_COLOR": "1"},
+        cwd=report.parent,
+    )  # fmt: skip
     assert report.is_file(), done.stdout[-3000:] + done.stderr[-3000:]
     figures: dict[str, Any] = json.loads(report.read_text())
     figures["output"] = done.stdout
