@@ -32,7 +32,27 @@ GROUP_NORM_4D = Workaround(
     "on an H100); a 4-D input is right",
 )
 
-WORKAROUNDS: dict[str, Workaround] = {w.name: w for w in (GROUP_NORM_4D,)}
+LAYER_NORM_AFFINE = Workaround(
+    name="layer_norm_affine",
+    backends=("vulkan",),
+    does="each native_layer_norm without a weight or bias given ones and zeros as constants",
+    because="Vulkan's partitioner takes a LayerNorm without affine parameters and its runtime refuses the "
+    "program at load (NativeLayerNorm.cpp:95: native_layer_norm requires weight to be non-None; ExecuTorch "
+    "main cff6f4dd32)",
+)
+
+LOGICAL_NOT_AS_BITWISE_NOT = Workaround(
+    name="logical_not_as_bitwise_not",
+    backends=("vulkan",),
+    does="each logical_not of a bool tensor computed as bitwise_not, the same function on bools",
+    because="Vulkan's partitioner takes aten.logical_not and its runtime has no kernel for it (refused at "
+    "load: Missing operator: aten.logical_not.default); pytorch/executorch#22786 maps it onto bitwise_not in "
+    "the runtime",
+)
+
+WORKAROUNDS: dict[str, Workaround] = {
+    w.name: w for w in (GROUP_NORM_4D, LAYER_NORM_AFFINE, LOGICAL_NOT_AS_BITWISE_NOT)
+}
 
 
 def problem(names: Iterable[str], backend: str) -> str | None:

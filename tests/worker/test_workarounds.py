@@ -1,5 +1,5 @@
-"""Lowering workarounds: ``group_norm_4d``'s rewrite on real ExecuTorch lowerings (what the Vulkan
-partitioner is handed, what the program computes), the lower stage's flag, and the CLI's one-line
+"""Lowering workarounds: each rewrite on real ExecuTorch lowerings (what the Vulkan partitioner is
+handed, what the program computes on the runtime), the lower stage's flag, and the CLI's one-line
 refusals."""
 
 from __future__ import annotations
@@ -90,6 +90,73 @@ def test_group_norm_4d_computes_what_eager_computes_on_the_runtime() -> None:
         torch.testing.assert_close(device, eager, rtol=1e-5, atol=1e-5)
 
 
+class DiTPieces(torch.nn.Module):
+    """multi_task_dit's two Vulkan refusals: a LayerNorm without affine parameters (its DiT blocks'), one
+    with a weight and no bias, and a logical_not of a bool mask."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = torch.nn.Linear(8, 8)
+        self.plain = torch.nn.LayerNorm(8, elementwise_affine=False)
+        self.no_bias = torch.nn.LayerNorm(8, bias=False)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.plain(self.linear(x))
+        keep = torch.logical_not(mask).unsqueeze(-1)
+        return torch.where(keep, y, torch.zeros_like(y)), self.no_bias(y)
+
+
+DIT_INPUTS = (
+    torch.randn(1, 4, 8, generator=torch.Generator().manual_seed(1)),
+    torch.tensor([[True, False] * 2]),
+)
+DIT_NAMES = ("layer_norm_affine", "logical_not_as_bitwise_not")
+
+
+def delegated(edge: EdgeProgramManager) -> list[torch.fx.Node]:
+    return [
+        node
+        for name, child in edge.exported_program().graph_module.named_children()
+        if name.startswith("lowered_module")
+        for node in child.original_module.graph.nodes
+        if node.op == "call_function"
+    ]
+
+
+def test_layer_norm_affine_and_logical_not_hand_vulkan_what_its_runtime_runs() -> None:
+    def lower(names: tuple[str, ...]) -> EdgeProgramManager:
+        passes = ExportedProgramPassManager(rewrites(names)) if names else None
+        program = torch.export.export(DiTPieces().eval(), DIT_INPUTS)
+        return to_edge_transform_and_lower(
+            program, transform_passes=passes, partitioner=[VulkanPartitioner()]
+        )
+
+    def what(edge: EdgeProgramManager) -> tuple[list[str], list[tuple[bool, bool]]]:
+        nodes = delegated(edge)
+        names = sorted(str(n.target).split(".")[-2] for n in nodes if "_not" in str(n.target))
+        norms = [
+            (n.args[2] is None, n.args[3] is None) for n in nodes if "native_layer_norm" in str(n.target)
+        ]
+        return names, norms
+
+    # Stock: Vulkan takes what its runtime refuses at load (no weight; logical_not has no kernel).
+    assert what(lower(())) == (["logical_not"], [(True, True), (False, True)])
+    assert what(lower(DIT_NAMES)) == (["bitwise_not"], [(False, False), (False, False)])
+
+
+def test_layer_norm_affine_and_logical_not_compute_what_eager_computes_on_the_runtime() -> None:
+    module = DiTPieces().eval()
+    passes = ExportedProgramPassManager(rewrites(DIT_NAMES))
+    edge = to_edge_transform_and_lower(torch.export.export(module, DIT_INPUTS), transform_passes=passes)
+    program = Runtime.get().load_program(edge.to_executorch().buffer)
+    got = program.load_method("forward").execute(list(DIT_INPUTS))
+    with torch.no_grad():
+        expected = module(*DIT_INPUTS)
+    for device, eager in zip(got, expected, strict=True):
+        torch.testing.assert_close(device, eager, rtol=1e-5, atol=1e-5)
+
+
 def test_every_named_workaround_has_a_rewrite() -> None:
     assert set(REWRITES) == set(WORKAROUNDS)
 
@@ -113,7 +180,8 @@ def test_the_lower_stage_takes_the_flag_and_refuses_an_unknown_name(tmp_path: Pa
         ),
         (
             ["--backend", "vulkan", "--workaround", "group_norm"],
-            "coverfarm: error: --workaround: unknown workaround 'group_norm'; known: group_norm_4d",
+            "coverfarm: error: --workaround: unknown workaround 'group_norm'; known: group_norm_4d, "
+            "layer_norm_affine, logical_not_as_bitwise_not",
         ),
     ],
 )

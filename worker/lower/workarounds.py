@@ -13,13 +13,14 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from executorch.backends.transforms.utils import create_constant_placeholder
 from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
 from torch.export import ExportedProgram
-from torch.export.graph_signature import TensorArgument
+from torch.export.graph_signature import InputKind, TensorArgument
 from torch.fx import Node
 
-from coverfarm.workarounds import GROUP_NORM_4D
+from coverfarm.workarounds import GROUP_NORM_4D, LAYER_NORM_AFFINE, LOGICAL_NOT_AS_BITWISE_NOT
 
 
 class GroupNormAs4D(ExportedProgramPassBase):
@@ -82,7 +83,80 @@ def _rename_outputs(exported_program: ExportedProgram, renamed: dict[str, str]) 
             spec.arg = TensorArgument(name=renamed[spec.arg.name])
 
 
-REWRITES: dict[str, Callable[[], ExportedProgramPassBase]] = {GROUP_NORM_4D.name: GroupNormAs4D}
+class LayerNormAffine(ExportedProgramPassBase):
+    """``layer_norm_affine``: each ``native_layer_norm`` without a weight (or bias) gets ones (zeros) of its
+    normalized shape and its input's dtype as constant parameters, one pair per shape and dtype; x * 1 + 0
+    is x, so the function is the same."""
+
+    def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
+        graph = exported_program.graph_module.graph
+        norm = exir_ops.edge.aten.native_layer_norm.default
+        first_input = next(
+            (n for n in graph.nodes if n.op == "placeholder" and n.name in _user_inputs(exported_program)),
+            None,
+        )
+        made: dict[tuple[str, tuple[int, ...], torch.dtype], Node] = {}
+        modified = False
+        for node in list(graph.nodes):
+            if node.op != "call_function" or node.target != norm or first_input is None:
+                continue
+            source, shape, weight, bias = node.args[:4]
+            if weight is not None and bias is not None:
+                continue
+            dtype = source.meta["val"].dtype
+            args = list(node.args)
+            for index, (fill, given) in enumerate(((1.0, weight), (0.0, bias)), start=2):
+                if given is not None:
+                    continue
+                key = ("ones" if fill else "zeros", tuple(shape), dtype)
+                if key not in made:
+                    name = f"workaround_layer_norm_{key[0]}_{'x'.join(map(str, shape))}_{str(dtype)[6:]}"
+                    with graph.inserting_before(first_input):
+                        made[key] = create_constant_placeholder(
+                            exported_program, graph, name, InputKind.PARAMETER,
+                            torch.full(tuple(shape), fill, dtype=dtype),
+                        )  # fmt: skip
+                args[index] = made[key]
+            node.args = tuple(args)
+            modified = True
+        if modified:
+            graph.lint()
+            exported_program.graph_module.recompile()
+        return ExportedProgramPassResult(exported_program, modified)
+
+
+def _user_inputs(exported_program: ExportedProgram) -> set[str]:
+    return {
+        spec.arg.name
+        for spec in exported_program.graph_signature.input_specs
+        if spec.kind is InputKind.USER_INPUT and isinstance(spec.arg, TensorArgument)
+    }
+
+
+class LogicalNotAsBitwiseNot(ExportedProgramPassBase):
+    """``logical_not_as_bitwise_not``: each ``logical_not`` of a bool tensor becomes ``bitwise_not``,
+    which on bools is the same function (a logical_not of another dtype is left as it is)."""
+
+    def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
+        graph = exported_program.graph_module.graph
+        modified = False
+        for node in graph.nodes:
+            if node.op != "call_function" or node.target != exir_ops.edge.aten.logical_not.default:
+                continue
+            source = node.args[0]
+            if isinstance(source, Node) and source.meta["val"].dtype == torch.bool:
+                node.target = exir_ops.edge.aten.bitwise_not.default
+                modified = True
+        if modified:
+            exported_program.graph_module.recompile()
+        return ExportedProgramPassResult(exported_program, modified)
+
+
+REWRITES: dict[str, Callable[[], ExportedProgramPassBase]] = {
+    GROUP_NORM_4D.name: GroupNormAs4D,
+    LAYER_NORM_AFFINE.name: LayerNormAffine,
+    LOGICAL_NOT_AS_BITWISE_NOT.name: LogicalNotAsBitwiseNot,
+}
 
 
 def rewrites(names: tuple[str, ...]) -> list[ExportedProgramPassBase]:
