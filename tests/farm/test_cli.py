@@ -80,8 +80,8 @@ def test_submit_takes_every_option_the_api_takes(server: str, capsys: pytest.Cap
     code = main(
         ["sweep", "submit", "--url", server, "--token", TOKEN, "--policies", "act", "--backends", "vulkan",
          "--no-constant-prop", "--lowering", "stock", "--weights", "fake", "--force-fp16", "--etrecord",
-         "--workaround", "group_norm_4d", "--timeout", "25", "--fresh", "--reuse-unfinished", "--reuse-device",
-         "--device-classes", "h200-vulkan"]
+         "--workaround", "group_norm_4d", "--timeout", "25", "--fresh", "--reuse-unfinished",
+         "--reuse-device", "--device-classes", "h200-vulkan"]
     )  # fmt: skip
     assert code == 0
     sweep_id = int(capsys.readouterr().out.strip())
