@@ -277,6 +277,11 @@ class Grid:
         """Whether a cell shown has a device run whose runtime was built with a candidate fix."""
         return any(tracker.CANDIDATE_FIX in field_.text for cell in self.cells for field_ in cell.fields)
 
+    @property
+    def workaround(self) -> bool:
+        """Whether a cell shown has a device run of a bundle lowered with a workaround."""
+        return any(tracker.WORKAROUND in field_.text for cell in self.cells for field_ in cell.fields)
+
 
 def grid(
     backends: list[str],

@@ -98,5 +98,11 @@ def _coverage(cells: list[Cell], backend: str, views: Views) -> list[str]:
             f'  • "{tracker.CANDIDATE_FIX} with #N" after a device cell: that run\'s runtime was built with '
             "upstream pull request #N applied (a candidate fix, not a release; Built on says on top of what)."
         )
+    if any(column.workarounds for view in rendered for column in view.devices.values()):
+        lines.append(
+            f'  • "{tracker.WORKAROUND} NAME" after a device cell: that run\'s bundle was lowered with '
+            "workaround NAME, a graph rewrite around a backend's finding (not the stock lowering; see the "
+            "workarounds under Options)."
+        )
     lines.append(f"  • {PENDING}: this cell is being measured (running or queued).")
     return lines
