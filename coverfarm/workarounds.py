@@ -21,6 +21,9 @@ class Workaround:
     backends: tuple[str, ...]  # the backends whose cells it may be asked for
     does: str  # what the rewrite does to the graph, as the pages say it
     because: str  # the finding it works around
+    # How the finding shows in what a device run of the stock lowering recorded: words of the runtime's
+    # refusal, or an op of the span where the output first departs from eager (a numerics run).
+    shows_as: tuple[str, ...] = ()
 
 
 GROUP_NORM_4D = Workaround(
@@ -30,6 +33,7 @@ GROUP_NORM_4D = Workaround(
     "viewed back",
     because="Vulkan's native_group_norm writes zeros for a 3-D input (ExecuTorch main cff6f4dd32, measured "
     "on an H100); a 4-D input is right",
+    shows_as=("native_group_norm",),
 )
 
 LAYER_NORM_AFFINE = Workaround(
@@ -39,6 +43,7 @@ LAYER_NORM_AFFINE = Workaround(
     because="Vulkan's partitioner takes a LayerNorm without affine parameters and its runtime refuses the "
     "program at load (NativeLayerNorm.cpp:95: native_layer_norm requires weight to be non-None; ExecuTorch "
     "main cff6f4dd32)",
+    shows_as=("native_layer_norm requires weight to be non-None",),
 )
 
 LOGICAL_NOT_AS_BITWISE_NOT = Workaround(
@@ -48,6 +53,7 @@ LOGICAL_NOT_AS_BITWISE_NOT = Workaround(
     because="Vulkan's partitioner takes aten.logical_not and its runtime has no kernel for it (refused at "
     "load: Missing operator: aten.logical_not.default); pytorch/executorch#22786 maps it onto bitwise_not in "
     "the runtime",
+    shows_as=("Missing operator: aten.logical_not.default",),
 )
 
 WORKAROUNDS: dict[str, Workaround] = {
@@ -74,6 +80,18 @@ def problem(names: Iterable[str], backend: str) -> str | None:
 def for_backend(names: Iterable[str], backend: str) -> tuple[str, ...]:
     """Of a sweep's ``names``, those a ``backend`` cell takes, in name order."""
     return tuple(sorted(n for n in set(names) if n in WORKAROUNDS and backend in WORKAROUNDS[n].backends))
+
+
+def avoiding(backend: str, words: Iterable[str], taken: Iterable[str] = ()) -> list[Workaround]:
+    """The workarounds for ``backend``, other than those ``taken`` already, whose finding shows in
+    ``words`` (a device run's failure, its first departing op's span), in name order."""
+    text = "\n".join(words)
+    skip = set(taken)
+    return [
+        found
+        for name, found in sorted(WORKAROUNDS.items())
+        if name not in skip and backend in found.backends and any(mark in text for mark in found.shows_as)
+    ]
 
 
 def described(names: Iterable[str]) -> list[str]:

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from coverfarm import tracker
+from coverfarm import device_classes, tracker, workarounds
 from coverfarm.baseline import BaselineResult, Speedup, speedup
 from coverfarm.cell_build import DeviceInput
 from coverfarm.cell_view import Column
-from coverfarm.device_result import Board, DeviceFailure, LatencyStats, Replica, RuntimeIdentity
+from coverfarm.device_result import Board, DeviceFailure, DeviceResult, LatencyStats, Replica, RuntimeIdentity
 from coverfarm.latency_interval import LatencyInterval, interval_of, milliseconds_range
 from coverfarm.result import ResultDocument
+from coverfarm.workarounds import Workaround
 
 ARTIFACTS = "/api/artifacts"
 
@@ -63,6 +64,8 @@ class DeviceDetails:
     waiting: str | None = None  # what is still to come (the run's job, the baseline's)
     # a candidate-fix runtime's run beside the run the class shows (orchestrator/reports/candidates.py)
     candidate: bool = False
+    # recorded workarounds whose finding the run shows (coverfarm.workarounds.avoiding), described
+    workarounds: list[Workaround] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -222,6 +225,21 @@ def speedup_words(verdict: Speedup | None, waits: bool) -> str:
     return f"{tracker.ABOUT}{span} wide: " + "; ".join(verdict.reasons)
 
 
+def finding_words(result: DeviceResult | None) -> list[str]:
+    """What a device run recorded that names its finding: the failure's cause and the runtime's own
+    words, and the ops of the span where its output first departs from eager (a numerics run)."""
+    if result is None:
+        return []
+    words = []
+    if result.failure is not None:
+        words += [result.failure.cause, result.failure.message or ""]
+    summary = result.numerics.summary if result.numerics is not None else None
+    if summary is not None and summary.first is not None:
+        first = summary.first
+        words += [first.op, *(str(example.get("op", "")) for example in first.examples)]
+    return words
+
+
 def device_details(
     inputs: list[DeviceInput], columns: dict[str, Column], tones: dict[str, str]
 ) -> list[DeviceDetails]:
@@ -248,6 +266,11 @@ def device_details(
                 verdict,
                 speedup_words(verdict, device.baseline is None and device.baseline_waits),
                 waiting,
+                workarounds=workarounds.avoiding(
+                    device_classes.backend_of(device.device_class),
+                    finding_words(device.run),
+                    column.workarounds,
+                ),
             )
         )
     return found
