@@ -35,11 +35,13 @@ def engine_fields(spec: str) -> ReuseFields | None:
     return fields
 
 
+# Options added after results were stored, each false or empty at its default.
+LATER_OPTIONS = ("etrecord", "workarounds")
+
+
 def reuse_key(fields: ReuseFields, policy: str, backend: str, options: Options) -> str:
     # An option added later is left out at its default, so the keys of results stored before it stand.
-    later = ({"etrecord"} if not options.etrecord else set()) | (
-        {"workarounds"} if not options.workarounds else set()
-    )
+    later = {name for name in LATER_OPTIONS if not getattr(options, name)}
     blob = {"policy": policy, "backend": backend, "options": options.model_dump(mode="json", exclude=later)}
     blob |= fields(policy, options)
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()

@@ -61,16 +61,26 @@ WORKAROUNDS: dict[str, Workaround] = {
 }
 
 
+def unknown(names: Iterable[str]) -> str | None:
+    """Why ``names`` are not all workarounds (the first that is none, and the known ones), or None."""
+    for name in names:
+        if name not in WORKAROUNDS:
+            return f"unknown workaround {name!r}; known: {', '.join(sorted(WORKAROUNDS))}"
+    return None
+
+
 def problem(names: Iterable[str], backend: str) -> str | None:
     """Why ``names`` cannot be asked of a ``backend`` cell (an unknown name, one for other backends, a name
     twice), or None."""
+    asked = list(names)
+    said = unknown(asked)
+    if said is not None:
+        return said
     seen: set[str] = set()
-    for name in names:
-        found = WORKAROUNDS.get(name)
-        if found is None:
-            return f"unknown workaround {name!r}; known: {', '.join(sorted(WORKAROUNDS))}"
-        if backend not in found.backends:
-            return f"workaround {name} is for {', '.join(found.backends)} cells; backend {backend} has none"
+    for name in asked:
+        takers = WORKAROUNDS[name].backends
+        if backend not in takers:
+            return f"workaround {name} is for {', '.join(takers)} cells; backend {backend} has none"
         if name in seen:
             return f"workaround {name} is named twice"
         seen.add(name)

@@ -10,7 +10,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from coverfarm.result import Options, ResultDocument
 from coverfarm.routes import check_stack_name
 from coverfarm.stacks import DEFAULT_STACK
-from coverfarm.workarounds import WORKAROUNDS
+from coverfarm.workarounds import unknown
 from orchestrator.inputs import Flag, Name, Number, Text
 from orchestrator.models import JobStatus
 
@@ -41,9 +41,10 @@ class SweepOptions(BaseModel):
     @field_validator("workarounds")
     @classmethod
     def _known_once(cls, names: list[str]) -> list[str]:
+        said = unknown(names)
+        if said is not None:
+            raise ValueError(said)
         for index, name in enumerate(names):
-            if name not in WORKAROUNDS:
-                raise ValueError(f"unknown workaround {name!r}; known: {', '.join(sorted(WORKAROUNDS))}")
             if name in names[:index]:
                 raise ValueError(f"{name!r} is listed twice")
         return sorted(names)

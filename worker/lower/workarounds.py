@@ -91,14 +91,14 @@ class LayerNormAffine(ExportedProgramPassBase):
     def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
         graph = exported_program.graph_module.graph
         norm = exir_ops.edge.aten.native_layer_norm.default
-        first_input = next(
-            (n for n in graph.nodes if n.op == "placeholder" and n.name in _user_inputs(exported_program)),
-            None,
-        )
+        user_inputs = _user_inputs(exported_program)
+        first_input = next((n for n in graph.nodes if n.op == "placeholder" and n.name in user_inputs), None)
+        if first_input is None:  # constants go before the first user input; a program without one has none
+            return ExportedProgramPassResult(exported_program, False)
         made: dict[tuple[str, tuple[int, ...], torch.dtype], Node] = {}
         modified = False
         for node in list(graph.nodes):
-            if node.op != "call_function" or node.target != norm or first_input is None:
+            if node.op != "call_function" or node.target != norm:
                 continue
             source, shape, weight, bias = node.args[:4]
             if weight is not None and bias is not None:
